@@ -1,0 +1,214 @@
+"""The languages of the site: their settings, English fallbacks, and one build each.
+
+English is built from ``docs/en/`` by ``mkdocs.yml``; every other language of
+``docs/languages.yml`` is its own MkDocs build of ``docs/<code>/`` into ``site/<code>/``,
+from the same configuration. Separate builds give each language its own search index
+(segmented with jieba for Chinese), Material's labels in that language, and every plugin
+(mkdocs-jupyter and mkdocstrings included) working in every language.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from mkdocs.commands.build import build
+from mkdocs.config import load_config
+from mkdocs.config.defaults import MkDocsConfig
+from mkdocs.exceptions import ConfigurationError
+from mkdocs.structure.files import File, Files, InclusionLevel
+
+from sitetools import REPO
+
+DOCS = REPO / "docs"
+LANGUAGES_FILE = DOCS / "languages.yml"
+SOURCE_LANGUAGE = "en"
+# Inputs shared by every language: a change here rebuilds all of them under `mkdocs serve`.
+SHARED_INPUTS = ["mkdocs.yml", "docs/languages.yml", "snippets", "src", "tools", "overrides"]
+SERVE_CACHE = REPO / ".cache" / "site"
+
+
+@dataclass(frozen=True)
+class Language:
+    """One language of the site, as docs/languages.yml describes it."""
+
+    code: str
+    name: str
+    notice: str = ""
+    nav: dict[str, str] = field(default_factory=dict)
+    pending: tuple[str, ...] = ()
+
+    @property
+    def docs_dir(self) -> Path:
+        return DOCS / self.code
+
+    @property
+    def prefix(self) -> str:
+        """Where the language lives, relative to the site root: '' or 'zh/'."""
+        return "" if self.code == SOURCE_LANGUAGE else f"{self.code}/"
+
+
+def load_languages() -> dict[str, Language]:
+    """Read docs/languages.yml; English comes first, and each language needs its folder."""
+    raw = yaml.safe_load(LANGUAGES_FILE.read_text(encoding="utf-8"))
+    languages = {}
+    for code, settings in raw.items():
+        settings = dict(settings)
+        settings["pending"] = tuple(settings.get("pending") or ())
+        languages[code] = Language(code=code, **settings)
+    if next(iter(languages), None) != SOURCE_LANGUAGE:
+        raise ConfigurationError(f"{LANGUAGES_FILE}: the first language must be '{SOURCE_LANGUAGE}'.")
+    for language in languages.values():
+        if not language.docs_dir.is_dir():
+            raise ConfigurationError(
+                f"{LANGUAGES_FILE} lists '{language.code}', but {language.docs_dir} does not exist; "
+                f"create it or remove the language."
+            )
+    return languages
+
+
+def language_of(config: MkDocsConfig) -> Language:
+    """The language a build is for, read from its docs_dir (docs/<code>)."""
+    languages = load_languages()
+    code = Path(config.docs_dir).name
+    if Path(config.docs_dir).resolve().parent != DOCS or code not in languages:
+        raise ConfigurationError(
+            f"docs_dir {config.docs_dir} is not one of the language folders "
+            f"{', '.join(f'docs/{c}' for c in languages)}."
+        )
+    return languages[code]
+
+
+def root_url(config: MkDocsConfig, language: Language) -> str:
+    """The URL of the whole site (English root), from a language build's site_url."""
+    url = config.site_url or "/"
+    return url[: len(url) - len(language.prefix)] if language.prefix and url.endswith(language.prefix) else url
+
+
+def configure(config: MkDocsConfig, language: Language) -> None:
+    """Adapt the shared configuration to one language (before any plugin reads it)."""
+    config.theme["language"] = language.code
+    if config.edit_uri:
+        config.edit_uri = config.edit_uri.replace(f"docs/{SOURCE_LANGUAGE}/", f"docs/{language.code}/")
+    config.nav = translate_nav(config.nav, language)
+
+
+def translate_nav(nav: list | None, language: Language) -> list | None:
+    """Replace section titles with the language's translations; page titles stay as they are."""
+    if nav is None:
+        return None
+    translated = []
+    for item in nav:
+        if isinstance(item, dict):
+            ((title, children),) = item.items()
+            if isinstance(children, list):
+                item = {language.nav.get(title, title): translate_nav(children, language)}
+        translated.append(item)
+    return translated
+
+
+def nav_titles(nav: list | None) -> set[str]:
+    """Every section title of a nav."""
+    titles: set[str] = set()
+    for item in nav or []:
+        if isinstance(item, dict):
+            ((title, children),) = item.items()
+            if isinstance(children, list):
+                titles.add(title)
+                titles |= nav_titles(children)
+    return titles
+
+
+def add_fallbacks(files: Files, config: MkDocsConfig, language: Language) -> Files:
+    """Add each English page (and asset) the language lacks, marked as a fallback."""
+    if language.code == SOURCE_LANGUAGE:
+        return files
+    english = DOCS / SOURCE_LANGUAGE
+    for path in sorted(english.rglob("*")):
+        src_uri = path.relative_to(english).as_posix()
+        if path.is_dir() or files.get_file_from_path(src_uri) is not None:
+            continue
+        file = File(src_uri, str(english), config.site_dir, config.use_directory_urls)
+        file.edit_uri = f"../{SOURCE_LANGUAGE}/{src_uri}"
+        file.fallback = True  # type: ignore[attr-defined]
+        if file.name.startswith(".") or file.inclusion is InclusionLevel.EXCLUDED:
+            continue
+        files.append(file)
+    return files
+
+
+def add_notice(markdown: str, language: Language) -> str:
+    """Put the language's 'not translated yet' notice under the page's title."""
+    notice = f'!!! warning "{language.name}"\n\n    {language.notice}\n\n'
+    lines = markdown.splitlines(keepends=True)
+    for index, line in enumerate(lines):
+        if line.startswith("# "):
+            return "".join(lines[: index + 1]) + "\n" + notice + "".join(lines[index + 1 :])
+    return notice + markdown
+
+
+def alternates(page_url: str, current: Language, site_url: str) -> list[dict[str, str]]:
+    """Language-switcher entries pointing at the same page in every language.
+
+    ``href`` is relative to the current page (for the switcher); ``link`` is absolute
+    (for the ``<link rel="alternate" hreflang>`` tags).
+    """
+    depth = page_url.count("/") if page_url.endswith("/") or "/" in page_url else 0
+    to_site_root = "../" * depth + ("../" if current.prefix else "")
+    return [
+        {
+            "name": language.name,
+            "lang": language.code,
+            "link": f"{site_url}{language.prefix}{page_url}",
+            "href": f"{to_site_root}{language.prefix}{page_url}" or "./",
+        }
+        for language in load_languages().values()
+    ]
+
+
+def _fingerprint(language: Language) -> tuple:
+    """What a language build reads, as (path, mtime, size) triples."""
+    english = DOCS / SOURCE_LANGUAGE
+    paths = [REPO / p for p in SHARED_INPUTS] + [language.docs_dir]
+    files = [f for p in paths for f in ([p] if p.is_file() else p.rglob("*"))]
+    files += [f for f in english.rglob("*") if not (language.docs_dir / f.relative_to(english)).exists()]
+    return tuple(sorted((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files if f.is_file()))
+
+
+_served_fingerprints: dict[str, tuple] = {}
+
+
+def build_other_languages(config: MkDocsConfig, serving: bool) -> None:
+    """Build every language but English into ``<site_dir>/<code>/``.
+
+    Under ``mkdocs serve`` a language is rebuilt only when its inputs changed; otherwise
+    its previous build is copied into place, which keeps reloads fast.
+    """
+    for language in list(load_languages().values())[1:]:
+        target = Path(config.site_dir) / language.code
+        if not serving:
+            _build(config, language, target)
+            continue
+        cached = SERVE_CACHE / language.code
+        fingerprint = _fingerprint(language)
+        if _served_fingerprints.get(language.code) != fingerprint or not cached.is_dir():
+            _build(config, language, cached)
+            _served_fingerprints[language.code] = fingerprint
+        shutil.copytree(cached, target, dirs_exist_ok=True)
+
+
+def _build(config: MkDocsConfig, language: Language, site_dir: Path) -> None:
+    child = load_config(
+        config_file=config.config_file_path,
+        docs_dir=str(language.docs_dir),
+        site_dir=str(site_dir),
+        site_url=f"{config.site_url or '/'}{language.prefix}",
+        strict=config.strict,
+    )
+    child.plugins.on_startup(command="build", dirty=False)
+    try:
+        build(child)
+    finally:
+        child.plugins.on_shutdown()

@@ -1,0 +1,92 @@
+"""Notebook versions of the snippets, generated at build time and never committed.
+
+Each snippet becomes a notebook: its module docstring a Markdown cell, each named cell a
+code cell (without the ``--8<--`` section markers) followed by that cell's recorded
+output. Nothing is executed: the outputs come from the ``.out`` file the tests check.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+from sitetools import REPO
+from sitetools.snippets import (
+    PREAMBLE,
+    SNIPPETS_DIR,
+    discover,
+    output_path,
+    parse_cells,
+    read_sections,
+    strip_section_markers,
+)
+
+# Generated notebooks live outside docs/ so that writing them never triggers a rebuild.
+NOTEBOOK_ROOT = REPO / ".cache" / "notebooks"
+NAV_PREFIX = "notebooks"
+KERNEL = {"name": "python3", "display_name": "Python 3", "language": "python"}
+
+
+@dataclass(frozen=True)
+class NotebookPage:
+    """Where a snippet's notebook sits in the site."""
+
+    snippet: Path
+    src_uri: str  # for example "notebooks/data_parallel/linear_regression.ipynb"
+    title: str
+
+
+def title_of(snippet: Path) -> str:
+    """The first line of the snippet's module docstring."""
+    docstring = ast.get_docstring(ast.parse(snippet.read_text(encoding="utf-8"))) or snippet.stem
+    return docstring.strip().splitlines()[0].rstrip(".")
+
+
+def notebook_for(snippet: Path) -> nbformat.NotebookNode:
+    """Build the notebook of a snippet, with its recorded outputs."""
+    source = snippet.read_text(encoding="utf-8")
+    tree = ast.parse(source)
+    docstring = ast.get_docstring(tree)
+    recorded = output_path(snippet)
+    outputs = read_sections(recorded.read_text(encoding="utf-8")) if recorded.exists() else {}
+    cells = []
+    if docstring:
+        first, _, rest = docstring.partition("\n")
+        cells.append(new_markdown_cell(f"# {first.rstrip('.')}\n{rest}".rstrip(), id="docstring"))
+    count = 0
+    for cell in parse_cells(snippet):
+        code = strip_section_markers(cell.source)
+        if cell.name == PREAMBLE and docstring:
+            # Drop the docstring, already shown as Markdown, from the first cell.
+            end = tree.body[0].end_lineno or 0
+            code = "".join(code.splitlines(keepends=True)[end:])
+        code = code.strip("\n")
+        if not code:
+            continue
+        count += 1
+        text = outputs.get(cell.name)
+        cell_outputs = [new_output("stream", name="stdout", text=text)] if text else []
+        # Cell ids are the cell names, so the same snippet always gives the same file.
+        cells.append(new_code_cell(code, id=cell.name, execution_count=count, outputs=cell_outputs))
+    notebook = new_notebook(cells=cells, metadata={"kernelspec": KERNEL, "language_info": {"name": "python"}})
+    nbformat.validate(notebook)
+    return notebook
+
+
+def write_notebooks() -> list[NotebookPage]:
+    """Write every snippet's notebook under NOTEBOOK_ROOT (only when it changed)."""
+    pages = []
+    for snippet in discover():
+        relative = snippet.relative_to(SNIPPETS_DIR).with_suffix(".ipynb")
+        src_uri = f"{NAV_PREFIX}/{relative.as_posix()}"
+        target = NOTEBOOK_ROOT / src_uri
+        text = nbformat.writes(notebook_for(snippet)) + "\n"
+        if not target.exists() or target.read_text(encoding="utf-8") != text:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+        pages.append(NotebookPage(snippet, src_uri, title_of(snippet)))
+    return pages

@@ -1,0 +1,217 @@
+"""Tutorial snippets: find them, split them into named cells, run them, record their output.
+
+A snippet is a standalone script under ``snippets/<chapter>/``. ``# %% <name>`` lines split
+it into named cells (the part before the first one is the cell ``preamble``). Running a
+snippet executes its cells in order in one ``__main__`` namespace, exactly as
+``python snippet.py`` would, and writes each cell's standard output between MkDocs
+section markers, so that a page can include the output of one cell
+(``--8<-- "snippets/chapter/name.out:cell"``) and a notebook can show it under that cell.
+
+Command line (``PYTHONPATH=tools``)::
+
+    python -m sitetools.snippets run snippets/chapter/name.py   # print the marked output
+    python -m sitetools.snippets record [PATH ...]              # re-record .out files
+"""
+
+from __future__ import annotations
+
+import argparse
+import builtins
+import contextlib
+import io
+import os
+import re
+import subprocess
+import sys
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from sitetools import REPO
+
+SNIPPETS_DIR = REPO / "snippets"
+PREAMBLE = "preamble"
+CELL_MARKER = re.compile(r"^# %%(?P<rest>.*)$")
+CELL_NAME = re.compile(r"[a-z][-_0-9a-z]*")
+SECTION_MARKER = re.compile(r"^\s*# --8<-- \[(?P<kind>start|end):(?P<name>[^\]]+)\]\s*$")
+RECORD_COMMAND = "make outputs"
+
+# What makes a recorded output the same on every machine: the CPU backend (the snippets
+# simulate 8 CPU devices), a fixed terminal width for rich, no colour codes.
+RUN_ENVIRONMENT = {"JAX_PLATFORMS": "cpu", "COLUMNS": "80", "NO_COLOR": "1", "TERM": "dumb"}
+
+
+class SnippetError(Exception):
+    """A snippet file that breaks the conventions of snippets/README.md."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A named cell of a snippet: its source lines and where they start in the file."""
+
+    name: str
+    first_line: int  # 1-based line number of the cell's first source line
+    source: str
+
+
+def discover(root: Path = SNIPPETS_DIR) -> list[Path]:
+    """Every snippet under ``root``, sorted; files starting with ``_`` are not snippets."""
+    return sorted(p for p in root.rglob("*.py") if not p.name.startswith("_"))
+
+
+def output_path(snippet: Path) -> Path:
+    """The recorded output that lives beside a snippet."""
+    return snippet.with_suffix(".out")
+
+
+def parse_cells(snippet: Path) -> list[Cell]:
+    """Split a snippet into its named cells, checking the names."""
+    lines = snippet.read_text(encoding="utf-8").splitlines(keepends=True)
+    cells: list[Cell] = []
+    name, start, body = PREAMBLE, 1, []
+    for number, line in enumerate(lines, start=1):
+        match = CELL_MARKER.match(line.rstrip("\n"))
+        if match is None:
+            body.append(line)
+            continue
+        cells.append(Cell(name, start, "".join(body)))
+        name, start, body = match["rest"].strip(), number + 1, []
+        where = f"{snippet}:{number}"
+        if not CELL_NAME.fullmatch(name):
+            raise SnippetError(
+                f"{where}: cell marker {line.strip()!r} needs a name of lower-case letters, "
+                f"digits, '-' or '_' (for example '# %% train_step'), so that pages and "
+                f"notebooks can refer to its output."
+            )
+        if name == PREAMBLE or any(cell.name == name for cell in cells):
+            raise SnippetError(f"{where}: cell name {name!r} is used twice; rename one.")
+    cells.append(Cell(name, start, "".join(body)))
+    return cells
+
+
+def section(name: str, text: str) -> str:
+    """``text`` wrapped in the section markers of ``pymdownx.snippets``."""
+    if text and not text.endswith("\n"):
+        text += "\n"
+    return f"# --8<-- [start:{name}]\n{text}# --8<-- [end:{name}]\n"
+
+
+def read_sections(text: str) -> dict[str, str]:
+    """The inverse of :func:`section` over a whole recorded output: cell name -> text."""
+    sections: dict[str, str] = {}
+    current: str | None = None
+    for line in text.splitlines(keepends=True):
+        match = SECTION_MARKER.match(line)
+        if match and match["kind"] == "start":
+            current = match["name"]
+            sections[current] = ""
+        elif match:
+            current = None
+        elif current is not None:
+            sections[current] += line
+    return sections
+
+
+def strip_section_markers(text: str) -> str:
+    """Source or output without its ``--8<--`` section marker lines."""
+    return "".join(line for line in text.splitlines(keepends=True) if not SECTION_MARKER.match(line))
+
+
+def run_in_process(snippet: Path) -> int:
+    """Run a snippet cell by cell in this process, printing its marked output.
+
+    Returns the exit status: 0, or 1 after printing the traceback of a failing cell
+    (with the snippet's own file and line numbers) to standard error.
+    """
+    os.environ.update(RUN_ENVIRONMENT)
+    snippet = snippet.resolve()
+    sys.argv = [str(snippet)]
+    sys.path.insert(0, str(snippet.parent))
+    namespace = {"__name__": "__main__", "__file__": str(snippet), "__builtins__": builtins}
+    for cell in parse_cells(snippet):
+        captured = io.StringIO()
+        # Padding with newlines keeps tracebacks pointing at the real lines of the file.
+        code = compile("\n" * (cell.first_line - 1) + cell.source, str(snippet), "exec")
+        try:
+            with contextlib.redirect_stdout(captured):
+                exec(code, namespace)
+                _wait_for_jax_effects()
+        except BaseException as error:  # noqa: BLE001 - reported, then the run fails
+            sys.stdout.write(captured.getvalue())
+            sys.stdout.flush()
+            print(f"\nsnippet {snippet.name} failed in cell {cell.name!r}:", file=sys.stderr)
+            traceback.print_exception(type(error), error, error.__traceback__.tb_next)
+            return 1
+        if captured.getvalue():
+            sys.stdout.write(section(cell.name, captured.getvalue()))
+    sys.stdout.flush()
+    return 0
+
+
+def _wait_for_jax_effects() -> None:
+    """Let ``jax.debug.print`` callbacks land in the cell that caused them."""
+    jax = sys.modules.get("jax")
+    if jax is not None:
+        jax.effects_barrier()
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What one snippet printed, in a fresh process."""
+
+    snippet: Path
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run(snippet: Path, timeout: float = 300) -> RunResult:
+    """Run a snippet in a fresh Python process, as the tests and ``make outputs`` do."""
+    env = {**os.environ, **RUN_ENVIRONMENT, "PYTHONPATH": str(REPO / "tools")}
+    env.pop("FORCE_COLOR", None)
+    process = subprocess.run(
+        [sys.executable, "-m", "sitetools.snippets", "run", str(snippet)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        cwd=REPO,
+    )
+    return RunResult(snippet, process.returncode, process.stdout, process.stderr)
+
+
+def record(snippets: list[Path]) -> int:
+    """Re-record the output of each snippet; returns the number that failed."""
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        results = list(pool.map(run, snippets))
+    failures = 0
+    for result in results:
+        name = result.snippet.relative_to(REPO)
+        if result.returncode != 0:
+            failures += 1
+            print(f"FAILED {name}\n{result.stderr}", file=sys.stderr)
+            continue
+        target = output_path(result.snippet)
+        changed = not target.exists() or target.read_text(encoding="utf-8") != result.stdout
+        target.write_text(result.stdout, encoding="utf-8")
+        print(f"{'recorded' if changed else 'unchanged'} {target.relative_to(REPO)}")
+    return failures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sitetools.snippets", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    run_parser = commands.add_parser("run", help="run one snippet and print its marked output")
+    run_parser.add_argument("snippet", type=Path)
+    record_parser = commands.add_parser("record", help="re-record .out files (all snippets by default)")
+    record_parser.add_argument("snippets", type=Path, nargs="*")
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        return run_in_process(args.snippet)
+    snippets = [p.resolve() for p in args.snippets] or discover()
+    return 1 if record(snippets) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
