@@ -49,7 +49,9 @@ def notebooks_file(page, root, config):
 
 
 def on_page_markdown(markdown, page, config, files):
-    problems = includes.check_includes(markdown, f"docs/{i18n.language_of(config).code}/{page.file.src_uri}")
+    problems = includes.check_includes(
+        markdown, f"docs/{i18n.language_of(config).code}/{page.file.src_uri}"
+    )
     if problems:
         raise PluginError("\n".join(problems))
     if getattr(page.file, "fallback", False):

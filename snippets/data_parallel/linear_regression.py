@@ -9,6 +9,7 @@ the same parameters.
 
 # --8<-- [start:devices]
 import jax
+
 jax.config.update("jax_num_cpu_devices", 8)
 # --8<-- [end:devices]
 
@@ -17,7 +18,8 @@ import functools
 
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 n_devices = jax.device_count()
 print(f"{n_devices} devices: {jax.devices()}")
@@ -44,6 +46,8 @@ def init_params():
 def loss_fn(params, xs, ys):
     pred = params["w"] * xs + params["b"]
     return jnp.mean((pred - ys) ** 2)
+
+
 # --8<-- [end:model]
 
 
@@ -58,6 +62,8 @@ def pmap_update(params, xs, ys):
     loss = jax.lax.pmean(loss, axis_name="devices")
     new_params = jax.tree.map(lambda p, g: p - LEARNING_RATE * g, params, grads)
     return new_params, loss
+
+
 # --8<-- [end:pmap_update]
 
 
@@ -100,6 +106,7 @@ y_sharded = jax.device_put(ys, batch_sharding)
 # --8<-- [end:jit_inputs]
 print("x_sharded:", jax.typeof(x_sharded))
 
+
 # %% jit_update
 # --8<-- [start:jit_update]
 @jax.jit
@@ -119,8 +126,6 @@ for step in range(1000):
 # %% compare
 # --8<-- [start:compare]
 print(f"jit:  w = {params['w']:.4f}, b = {params['b']:.4f}")
-same = all(
-    np.allclose(pmap_params[k], params[k], rtol=1e-5, atol=1e-6) for k in params
-)
+same = all(np.allclose(pmap_params[k], params[k], rtol=1e-5, atol=1e-6) for k in params)
 print("pmap and jit reach the same parameters:", same)
 # --8<-- [end:compare]

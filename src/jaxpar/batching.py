@@ -46,7 +46,9 @@ def split_batch(batch: PyTree, num_devices: int | None = None) -> PyTree:
             split_batch(np.zeros((130, 3)), num_devices=8)
         except ValueError as error:
             print(error)
-            #> a batch of 130 examples does not split evenly across 8 devices (130 = 8 x 16 + 2). Use a batch size that is a multiple of 8 (128 or 136), drop the last 2 examples, or pad the batch to 136 and mask the padding out of the loss.
+            '''
+            a batch of 130 examples does not split evenly across 8 devices (130 = 8 x 16 + 2). Use a batch size that is a multiple of 8 (128 or 136), drop the last 2 examples, or pad the batch to 136 and mask the padding out of the loss.
+            '''
         ```
     """
     if num_devices is None:

@@ -40,7 +40,9 @@ def simulate_cpu_devices(count: int = 8) -> None:
             simulate_cpu_devices(4)
         except RuntimeError as error:
             print(error)
-            #> JAX has already initialised its devices with 8 CPU devices, so it cannot switch to 4. Call simulate_cpu_devices(4) right after `import jax`, before any array is created or jax.devices() is called, or set JAX_NUM_CPU_DEVICES=4 in the environment before starting Python.
+            '''
+            JAX has already initialised its devices with 8 CPU devices, so it cannot switch to 4. Call simulate_cpu_devices(4) right after `import jax`, before any array is created or jax.devices() is called, or set JAX_NUM_CPU_DEVICES=4 in the environment before starting Python.
+            '''
         ```
     """
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:

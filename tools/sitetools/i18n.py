@@ -37,6 +37,7 @@ class Language:
     code: str
     name: str
     notice: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
     nav: dict[str, str] = field(default_factory=dict)
     pending: tuple[str, ...] = ()
 
@@ -59,7 +60,9 @@ def load_languages() -> dict[str, Language]:
         settings["pending"] = tuple(settings.get("pending") or ())
         languages[code] = Language(code=code, **settings)
     if next(iter(languages), None) != SOURCE_LANGUAGE:
-        raise ConfigurationError(f"{LANGUAGES_FILE}: the first language must be '{SOURCE_LANGUAGE}'.")
+        raise ConfigurationError(
+            f"{LANGUAGES_FILE}: the first language must be '{SOURCE_LANGUAGE}'."
+        )
     for language in languages.values():
         if not language.docs_dir.is_dir():
             raise ConfigurationError(
@@ -84,15 +87,23 @@ def language_of(config: MkDocsConfig) -> Language:
 def root_url(config: MkDocsConfig, language: Language) -> str:
     """The URL of the whole site (English root), from a language build's site_url."""
     url = config.site_url or "/"
-    return url[: len(url) - len(language.prefix)] if language.prefix and url.endswith(language.prefix) else url
+    return (
+        url[: len(url) - len(language.prefix)]
+        if language.prefix and url.endswith(language.prefix)
+        else url
+    )
 
 
 def configure(config: MkDocsConfig, language: Language) -> None:
     """Adapt the shared configuration to one language (before any plugin reads it)."""
     config.theme["language"] = language.code
     if config.edit_uri:
-        config.edit_uri = config.edit_uri.replace(f"docs/{SOURCE_LANGUAGE}/", f"docs/{language.code}/")
+        config.edit_uri = config.edit_uri.replace(
+            f"docs/{SOURCE_LANGUAGE}/", f"docs/{language.code}/"
+        )
     config.nav = translate_nav(config.nav, language)
+    english = load_languages()[SOURCE_LANGUAGE]
+    config.extra["labels"] = {**english.labels, **language.labels}
 
 
 def translate_nav(nav: list | None, language: Language) -> list | None:
@@ -173,8 +184,12 @@ def _fingerprint(language: Language) -> tuple:
     english = DOCS / SOURCE_LANGUAGE
     paths = [REPO / p for p in SHARED_INPUTS] + [language.docs_dir]
     files = [f for p in paths for f in ([p] if p.is_file() else p.rglob("*"))]
-    files += [f for f in english.rglob("*") if not (language.docs_dir / f.relative_to(english)).exists()]
-    return tuple(sorted((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files if f.is_file()))
+    files += [
+        f for f in english.rglob("*") if not (language.docs_dir / f.relative_to(english)).exists()
+    ]
+    return tuple(
+        sorted((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files if f.is_file())
+    )
 
 
 _served_fingerprints: dict[str, tuple] = {}

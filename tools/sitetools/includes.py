@@ -38,7 +38,9 @@ def find_includes(markdown: str) -> list[Include]:
         if match:
             target = match["target"]
             named = SECTION_SUFFIX.match(target)
-            includes.append(Include(named["path"], named["section"]) if named else Include(target, None))
+            includes.append(
+                Include(named["path"], named["section"]) if named else Include(target, None)
+            )
     return includes
 
 

@@ -72,7 +72,9 @@ def notebook_for(snippet: Path) -> nbformat.NotebookNode:
         cell_outputs = [new_output("stream", name="stdout", text=text)] if text else []
         # Cell ids are the cell names, so the same snippet always gives the same file.
         cells.append(new_code_cell(code, id=cell.name, execution_count=count, outputs=cell_outputs))
-    notebook = new_notebook(cells=cells, metadata={"kernelspec": KERNEL, "language_info": {"name": "python"}})
+    notebook = new_notebook(
+        cells=cells, metadata={"kernelspec": KERNEL, "language_info": {"name": "python"}}
+    )
     nbformat.validate(notebook)
     return notebook
 

@@ -115,7 +115,9 @@ def read_sections(text: str) -> dict[str, str]:
 
 def strip_section_markers(text: str) -> str:
     """Source or output without its ``--8<--`` section marker lines."""
-    return "".join(line for line in text.splitlines(keepends=True) if not SECTION_MARKER.match(line))
+    return "".join(
+        line for line in text.splitlines(keepends=True) if not SECTION_MARKER.match(line)
+    )
 
 
 def run_in_process(snippet: Path) -> int:
@@ -200,11 +202,15 @@ def record(snippets: list[Path]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sitetools.snippets", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m sitetools.snippets", description=__doc__.split("\n")[0]
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     run_parser = commands.add_parser("run", help="run one snippet and print its marked output")
     run_parser.add_argument("snippet", type=Path)
-    record_parser = commands.add_parser("record", help="re-record .out files (all snippets by default)")
+    record_parser = commands.add_parser(
+        "record", help="re-record .out files (all snippets by default)"
+    )
     record_parser.add_argument("snippets", type=Path, nargs="*")
     args = parser.parse_args(argv)
     if args.command == "run":

@@ -1,0 +1,102 @@
+"""Unit tests of jaxpar, its bad-input errors included."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from jaxpar import (
+    DevicesAlreadyInitializedError,
+    UnevenBatchError,
+    simulate_cpu_devices,
+    split_batch,
+)
+
+
+class TestSimulateCpuDevices:
+    def test_same_count_after_initialisation_is_harmless(self):
+        jax.devices()
+        simulate_cpu_devices(8)
+        assert jax.device_count() == 8
+
+    def test_other_count_after_initialisation_names_values_and_fix(self):
+        jax.devices()
+        with pytest.raises(DevicesAlreadyInitializedError) as caught:
+            simulate_cpu_devices(4)
+        message = str(caught.value)
+        assert "already initialised its devices with 8 CPU devices" in message
+        assert "cannot switch to 4" in message
+        assert "right after `import jax`" in message
+        assert "JAX_NUM_CPU_DEVICES=4" in message
+
+    @pytest.mark.parametrize("count", [0, -2, 2.5, "8", True, None])
+    def test_bad_count(self, count):
+        with pytest.raises(ValueError, match=f"positive integer count of devices, got {count!r}"):
+            simulate_cpu_devices(count)
+
+    def test_before_initialisation_sets_the_count(self):
+        code = (
+            "import jax\nfrom jaxpar import simulate_cpu_devices\n"
+            "simulate_cpu_devices(3)\nprint(jax.device_count())"
+        )
+        env = {"JAX_PLATFORMS": "cpu", "PATH": ""}
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "3"
+
+
+class TestSplitBatch:
+    def test_splits_every_leaf(self):
+        batch = {"x": np.arange(64).reshape(32, 2), "y": np.arange(32)}
+        split = split_batch(batch, num_devices=8)
+        assert split["x"].shape == (8, 4, 2)
+        assert split["y"].shape == (8, 4)
+        np.testing.assert_array_equal(split["y"][1], [4, 5, 6, 7])
+
+    def test_default_is_the_local_device_count(self):
+        assert split_batch(np.zeros((16, 3))).shape == (8, 2, 3)
+
+    def test_output_feeds_pmap(self):
+        split = split_batch(np.ones((16, 3), np.float32))
+        total = jax.pmap(lambda x: jax.lax.psum(x.sum(), "d"), axis_name="d")(split)
+        np.testing.assert_allclose(np.asarray(total), 48.0)
+
+    def test_uneven_batch_names_sizes_and_remedies(self):
+        with pytest.raises(UnevenBatchError) as caught:
+            split_batch(np.zeros((130, 3)), num_devices=8)
+        message = str(caught.value)
+        for part in [
+            "130 examples",
+            "8 devices",
+            "(128 or 136)",
+            "drop the last 2",
+            "pad the batch to 136",
+        ]:
+            assert part in message
+
+    def test_batch_smaller_than_device_count(self):
+        with pytest.raises(UnevenBatchError, match="5 examples is too small for 8 devices"):
+            split_batch(np.zeros(5), num_devices=8)
+
+    def test_leaves_with_different_sizes(self):
+        with pytest.raises(UnevenBatchError, match=r"different leading sizes \[8, 16\]"):
+            split_batch({"x": np.zeros(8), "y": np.zeros(16)}, num_devices=8)
+
+    def test_scalar_leaf(self):
+        with pytest.raises(ValueError, match="needs a leading batch axis"):
+            split_batch({"x": np.zeros(8), "step": 3}, num_devices=8)
+
+    def test_empty_batch(self):
+        with pytest.raises(ValueError, match="no arrays in it"):
+            split_batch({}, num_devices=8)
+
+    @pytest.mark.parametrize("num_devices", [0, -1, 1.5, True])
+    def test_bad_device_count(self, num_devices):
+        with pytest.raises(
+            ValueError, match=f"num_devices must be a positive integer, got {num_devices!r}"
+        ):
+            split_batch(np.zeros(8), num_devices=num_devices)

@@ -1,0 +1,232 @@
+"""The built site: every language, its search index, switcher, notebooks and fallbacks."""
+
+from __future__ import annotations
+
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path, PurePosixPath
+from urllib.parse import urljoin
+
+import nbformat
+import pytest
+from sitebuild import build, copy_project
+from sitetools import REPO
+from sitetools.i18n import load_languages
+from sitetools.notebooks import NOTEBOOK_ROOT
+from sitetools.snippets import discover, output_path, parse_cells, read_sections
+
+pytestmark = pytest.mark.xdist_group("site")
+
+LANGUAGES = load_languages()
+OTHERS = [code for code in LANGUAGES if code != "en"]
+HAN = re.compile(r"[\u4e00-\u9fff]")
+HANGUL = re.compile(r"[\uac00-\ud7a3]")
+
+
+@pytest.fixture(scope="session")
+def site(tmp_path_factory) -> Path:
+    site_dir = tmp_path_factory.mktemp("built") / "site"
+    result = build(REPO, site_dir)
+    assert result.returncode == 0, f"the strict build failed:\n{result.stdout}\n{result.stderr}"
+    return site_dir
+
+
+def language_root(site: Path, code: str) -> Path:
+    return site if code == "en" else site / code
+
+
+class Html(HTMLParser):
+    """The bits of a built page the tests look at."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.lang = ""
+        self.switcher: dict[str, str] = {}
+        self.heading_ids: list[str] = []
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        attributes = dict(attrs)
+        if tag == "html":
+            self.lang = attributes.get("lang", "")
+        if tag == "a" and "md-select__link" in (attributes.get("class") or ""):
+            self.switcher[attributes["hreflang"]] = attributes["href"]
+        if re.fullmatch(r"h[2-6]", tag) and attributes.get("id"):
+            self.heading_ids.append(attributes["id"])
+
+
+def pages(site: Path, code: str) -> dict[str, Html]:
+    """Every HTML page of one language, by its URL relative to that language's root."""
+    root = language_root(site, code)
+    found = {}
+    for path in root.rglob("index.html"):
+        relative = path.relative_to(root)
+        if code == "en" and relative.parts[0] in OTHERS:
+            continue
+        url = relative.parent.as_posix()
+        found["" if url == "." else url + "/"] = Html(path.read_text(encoding="utf-8"))
+    return found
+
+
+def test_every_language_is_built_with_its_own_lang(site):
+    for code in LANGUAGES:
+        built = pages(site, code)
+        assert "" in built and "data-parallel/first-example/" in built, code
+        assert {page.lang for page in built.values()} == {code}
+
+
+def test_languages_have_the_same_pages(site):
+    english = set(pages(site, "en"))
+    for code in OTHERS:
+        assert set(pages(site, code)) == english, code
+
+
+def test_switcher_leads_to_the_same_page_in_each_language(site):
+    for code in LANGUAGES:
+        prefix = "" if code == "en" else f"{code}/"
+        for url, page in pages(site, code).items():
+            assert set(page.switcher) == set(LANGUAGES), (code, url)
+            for target_code, href in page.switcher.items():
+                resolved = urljoin(f"http://site/{prefix}{url}", href)
+                target_prefix = "" if target_code == "en" else f"{target_code}/"
+                assert resolved == f"http://site/{target_prefix}{url}", (
+                    code,
+                    url,
+                    target_code,
+                    href,
+                )
+
+
+def test_heading_ids_are_identical_across_languages(site):
+    english = pages(site, "en")
+    for code in OTHERS:
+        for url, page in pages(site, code).items():
+            assert page.heading_ids == english[url].heading_ids, (code, url)
+
+
+def search_index(site: Path, code: str) -> dict:
+    return json.loads(
+        (language_root(site, code) / "search" / "search_index.json").read_text(encoding="utf-8")
+    )
+
+
+def test_each_language_has_its_own_search_index(site):
+    for code in LANGUAGES:
+        index = search_index(site, code)
+        locations = {doc["location"].split("#")[0] for doc in index["docs"]}
+        assert locations <= set(pages(site, code)), code
+        assert not any(loc.startswith(tuple(f"{c}/" for c in OTHERS)) for loc in locations)
+    chapter = "data-parallel/first-example/"
+    titles = {
+        code: next(d["title"] for d in search_index(site, code)["docs"] if d["location"] == chapter)
+        for code in LANGUAGES
+    }
+    assert not HAN.search(titles["en"]) and not HANGUL.search(titles["en"])
+    assert HAN.search(titles["zh"]), titles
+    assert HANGUL.search(titles["ko"]), titles
+
+
+def test_chinese_search_index_is_segmented_by_jieba(site):
+    index = search_index(site, "zh")
+    text = " ".join(doc["text"] for doc in index["docs"])
+    assert "\u200b" in text, "jieba did not segment the Chinese index"
+    assert "\\u200b" in index["config"]["separator"] or "\u200b" in index["config"]["separator"]
+
+
+def test_material_interface_is_in_each_language(site):
+    placeholders = {
+        "en": 'placeholder="Search"',
+        "zh": 'placeholder="搜索"',
+        "ko": 'placeholder="검색"',
+    }
+    for code, placeholder in placeholders.items():
+        html = (language_root(site, code) / "index.html").read_text(encoding="utf-8")
+        assert placeholder in html, code
+
+
+@pytest.mark.parametrize("snippet", discover(), ids=lambda p: p.stem)
+def test_notebook_page_and_download_in_every_language(site, snippet):
+    relative = snippet.relative_to(REPO / "snippets").with_suffix("")
+    recorded = read_sections(output_path(snippet).read_text(encoding="utf-8"))
+    for code in LANGUAGES:
+        folder = language_root(site, code) / "notebooks" / relative
+        html = (folder / "index.html").read_text(encoding="utf-8")
+        download = folder / f"{relative.name}.ipynb"
+        assert f'href="{relative.name}.ipynb"' in html or download.name in html, code
+        notebook = nbformat.read(download, as_version=4)
+        nbformat.validate(notebook)
+        outputs = {
+            cell.id: "".join(o.text for o in cell.outputs)
+            for cell in notebook.cells
+            if cell.cell_type == "code"
+        }
+        names = [cell.name for cell in parse_cells(snippet)]
+        assert set(outputs) <= set(names)
+        for name, text in recorded.items():
+            assert outputs[name] == text, (code, name)
+            assert text.splitlines()[0].replace("<", "&lt;") in html
+
+
+def test_generated_notebooks_are_not_committed():
+    assert NOTEBOOK_ROOT.is_relative_to(REPO / ".cache")
+    assert not list((REPO / "docs").rglob("*.ipynb")), "notebooks are generated from snippets"
+
+
+# Breaking a copy of the site on purpose ------------------------------------------------
+
+
+def test_missing_page_falls_back_to_english_with_a_notice(tmp_path):
+    project = copy_project(tmp_path / "project")
+    extra = "# An untranslated page {#untranslated}\n\nOnly in English.\n"
+    (project / "docs" / "en" / "extra.md").write_text(extra, encoding="utf-8")
+    config = project / "mkdocs.yml"
+    config.write_text(
+        config.read_text(encoding="utf-8").replace("  - index.md\n", "  - index.md\n  - extra.md\n")
+    )
+    result = build(project, tmp_path / "site")
+    assert result.returncode == 0, result.stderr
+    for code in OTHERS:
+        html = (tmp_path / "site" / code / "extra" / "index.html").read_text(encoding="utf-8")
+        assert LANGUAGES[code].notice in html
+        assert "Only in English." in html
+        assert f'lang="{code}"' in html
+    english = (tmp_path / "site" / "extra" / "index.html").read_text(encoding="utf-8")
+    assert "Only in English." in english and LANGUAGES["zh"].notice not in english
+
+
+@pytest.mark.parametrize(
+    ("include", "expected"),
+    [
+        (
+            "snippets/data_parallel/nowhere.py",
+            "includes snippets/data_parallel/nowhere.py, which does not exist",
+        ),
+        (
+            "snippets/data_parallel/linear_regression.py:no_such_section",
+            "includes section 'no_such_section' of snippets/data_parallel/linear_regression.py, which has no such section",
+        ),
+    ],
+)
+def test_missing_include_fails_naming_page_and_path(tmp_path, include, expected):
+    project = copy_project(tmp_path / "project")
+    page = project / "docs" / "zh" / "index.md"
+    page.write_text(
+        page.read_text(encoding="utf-8") + f'\n```python\n--8<-- "{include}"\n```\n',
+        encoding="utf-8",
+    )
+    result = build(project, tmp_path / "site")
+    assert result.returncode != 0
+    assert f"docs/zh/index.md {expected}" in result.stdout + result.stderr
+
+
+def test_broken_link_or_anchor_fails_the_build(tmp_path):
+    project = copy_project(tmp_path / "project")
+    page = project / "docs" / "ko" / "index.md"
+    page.write_text(
+        page.read_text(encoding="utf-8") + "\n[a](data-parallel/first-example.md#no-such-anchor)\n"
+    )
+    result = build(project, tmp_path / "site")
+    assert result.returncode != 0
+    assert "no-such-anchor" in result.stdout + result.stderr
+    assert PurePosixPath("index.md").name in result.stdout + result.stderr

@@ -1,0 +1,56 @@
+"""The snippet machinery itself: cells, sections, failures and diffs."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+from sitetools.snippets import SnippetError, parse_cells, read_sections, run, section
+
+
+def write(tmp_path: Path, source: str) -> Path:
+    path = tmp_path / "example.py"
+    path.write_text(textwrap.dedent(source), encoding="utf-8")
+    return path
+
+
+def test_cells_are_named_and_keep_their_line_numbers(tmp_path):
+    path = write(tmp_path, '"""Doc."""\nx = 1\n# %% first\ny = 2\n# %% second\nz = 3\n')
+    cells = parse_cells(path)
+    assert [(c.name, c.first_line) for c in cells] == [("preamble", 1), ("first", 4), ("second", 6)]
+
+
+@pytest.mark.parametrize("marker", ["# %%", "# %% Has Capitals", "# %% two words"])
+def test_unnamed_cell_is_refused(tmp_path, marker):
+    path = write(tmp_path, f"x = 1\n{marker}\ny = 2\n")
+    with pytest.raises(SnippetError, match=r"example.py:2: cell marker .* needs a name"):
+        parse_cells(path)
+
+
+def test_duplicate_cell_is_refused(tmp_path):
+    path = write(tmp_path, "# %% a\nx = 1\n# %% a\n")
+    with pytest.raises(SnippetError, match="cell name 'a' is used twice"):
+        parse_cells(path)
+
+
+def test_sections_round_trip():
+    text = section("a", "one\ntwo") + section("b", "three\n")
+    assert read_sections(text) == {"a": "one\ntwo\n", "b": "three\n"}
+
+
+def test_run_records_each_cells_output(tmp_path):
+    path = write(tmp_path, 'print("start")\n# %% quiet\nx = 1\n# %% loud\nprint(x + 1)\n')
+    result = run(path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == section("preamble", "start\n") + section("loud", "2\n")
+
+
+def test_failing_snippet_reports_its_traceback_with_real_lines(tmp_path):
+    path = write(tmp_path, 'print("ok")\n# %% boom\nx = 1\nraise ValueError("broken on purpose")\n')
+    result = run(path)
+    assert result.returncode == 1
+    assert "failed in cell 'boom'" in result.stderr
+    assert f'File "{path}", line 4' in result.stderr
+    assert "ValueError: broken on purpose" in result.stderr
+    assert result.stdout == section("preamble", "ok\n")

@@ -1,0 +1,73 @@
+"""Every snippet runs, in a fresh process, and prints exactly its recorded output."""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import sys
+from pathlib import Path
+
+import pytest
+from sitetools import REPO
+from sitetools.snippets import RECORD_COMMAND, discover, output_path, parse_cells, run
+
+SNIPPETS = discover()
+IDS = [str(p.relative_to(REPO)) for p in SNIPPETS]
+# What a reader needs installed to run a snippet copied into an empty folder.
+ALLOWED_IMPORTS = {"jax", "flax", "optax", "numpy", "rich", "sklearn"}
+DEVICE_LINES = ["import jax", 'jax.config.update("jax_num_cpu_devices", 8)']
+
+
+def test_snippets_exist():
+    assert SNIPPETS, "no snippets found under snippets/"
+
+
+@pytest.mark.parametrize("snippet", SNIPPETS, ids=IDS)
+def test_snippet_output_matches_recording(snippet: Path):
+    name = snippet.relative_to(REPO)
+    result = run(snippet)
+    assert result.returncode == 0, f"{name} raised:\n{result.stderr}"
+    recorded = output_path(snippet)
+    rerecord = f"re-record with: {RECORD_COMMAND} SNIPPETS={name}"
+    assert recorded.exists(), f"{recorded.relative_to(REPO)} is missing; {rerecord}"
+    expected = recorded.read_text(encoding="utf-8")
+    if result.stdout != expected:
+        diff = "".join(
+            difflib.unified_diff(
+                expected.splitlines(keepends=True),
+                result.stdout.splitlines(keepends=True),
+                fromfile=f"{recorded.relative_to(REPO)} (recorded)",
+                tofile=f"{name} (this run)",
+            )
+        )
+        pytest.fail(f"the output of {name} changed:\n{diff}\nIf the change is intended, {rerecord}")
+
+
+@pytest.mark.parametrize("snippet", SNIPPETS, ids=IDS)
+def test_snippet_follows_conventions(snippet: Path):
+    source = snippet.read_text(encoding="utf-8")
+    tree = ast.parse(source)
+    assert ast.get_docstring(tree), f"{snippet.name} needs a module docstring saying what it shows"
+    statements = [ast.get_source_segment(source, node) for node in tree.body[1:3]]
+    assert statements == DEVICE_LINES, (
+        f"{snippet.name}: the first statements after the docstring must be {DEVICE_LINES}, "
+        f"so that 8 simulated devices exist before anything touches a device"
+    )
+    parse_cells(snippet)  # raises on unnamed or duplicate cells
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names = [node.module or ""]
+        for module in names:
+            top = module.split(".")[0]
+            assert top in ALLOWED_IMPORTS or top in sys.stdlib_module_names, (
+                f"{snippet.name} imports {module}; snippets may import only "
+                f"{sorted(ALLOWED_IMPORTS)} and the standard library"
+            )
+
+
+def test_every_recording_has_its_snippet():
+    orphans = [p for p in (REPO / "snippets").rglob("*.out") if not p.with_suffix(".py").exists()]
+    assert not orphans, f"recorded outputs without a snippet: {orphans}"

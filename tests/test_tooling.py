@@ -1,0 +1,122 @@
+"""The project's own tooling: workflows, the Makefile's Python check, lint, and `mkdocs serve`."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from sitetools import REPO
+
+BIN = Path(sys.executable).parent
+WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
+
+
+def run(*command: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=120, **kwargs)
+
+
+def test_workflows_are_valid():
+    result = run(
+        str(BIN / "check-jsonschema"),
+        "--builtin-schema",
+        "vendor.github-workflows",
+        *map(str, WORKFLOWS),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_workflows_are_clean_under_zizmor():
+    result = run(
+        str(BIN / "zizmor"), "--offline", "--no-progress", str(REPO / ".github" / "workflows")
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_deploy_runs_only_from_main_after_tests_with_least_privilege():
+    text = (REPO / ".github" / "workflows" / "site.yml").read_text(encoding="utf-8")
+    assert "permissions:\n  contents: read" in text
+    assert text.count("pages: write") == 1 and text.count("id-token: write") == 1
+    assert "needs: test" in text and "needs: build" in text
+    assert "github.ref == 'refs/heads/main'" in text
+    for line in text.splitlines():
+        if "uses:" in line:
+            assert "@" in line and len(line.split("@")[1].split()[0]) == 40, (
+                f"action not pinned: {line}"
+            )
+
+
+@pytest.mark.parametrize("command", [["check"], ["format", "--check"]], ids=" ".join)
+def test_ruff_is_clean(command):
+    result = run(str(BIN / "ruff"), *command, "src", "tools", "tests", "snippets")
+    assert result.returncode == 0, (
+        f"{result.stdout}{result.stderr}\nfix with: ruff {' '.join(command)}"
+    )
+
+
+def test_makefile_names_the_python_it_needs(tmp_path):
+    fake = tmp_path / "python3.11"
+    fake.write_text("#!/bin/sh\n[ \"$1\" = --version ] && echo 'Python 3.11.7' && exit 0\nexit 1\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    result = run("make", "--no-print-directory", "check-python", f"PYTHON={fake}")
+    assert result.returncode != 0
+    assert "needs Python 3.12 or newer, but found Python 3.11.7" in result.stderr
+    assert "make PYTHON=/path/to/python3.12" in result.stderr
+
+
+def test_makefile_pins_the_uv_of_the_lock():
+    makefile = (REPO / "Makefile").read_text(encoding="utf-8")
+    pinned = next(
+        line.split(":=")[1].strip()
+        for line in makefile.splitlines()
+        if line.startswith("UV_VERSION")
+    )
+    assert f'"uv=={pinned}"' in (REPO / "pyproject.toml").read_text(encoding="utf-8")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.xdist_group("site")
+def test_mkdocs_serve_serves_every_language(tmp_path):
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"NO_MKDOCS_2_WARNING": "1"}
+    server = subprocess.Popen(
+        [str(BIN / "mkdocs"), "serve", "--no-livereload", "-a", f"127.0.0.1:{port}"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        pages = {}
+        deadline = time.monotonic() + 120
+        for path, lang in [("ko/", "ko"), ("zh/data-parallel/first-example/", "zh"), ("", "en")]:
+            while True:
+                try:
+                    with urllib.request.urlopen(
+                        f"http://127.0.0.1:{port}/{path}", timeout=5
+                    ) as response:
+                        pages[path] = response.read().decode()
+                    break
+                except OSError:
+                    assert server.poll() is None and time.monotonic() < deadline, (
+                        "mkdocs serve did not come up"
+                    )
+                    time.sleep(0.5)
+            assert f'<html lang="{lang}"' in pages[path]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    shutil.rmtree(tmp_path, ignore_errors=True)

@@ -1,0 +1,46 @@
+"""Every English page exists in every language (or is marked pending), with the same shape."""
+
+from __future__ import annotations
+
+import pytest
+from sitetools import REPO
+from sitetools.i18n import Language
+from sitetools.translations import missing_heading_ids, other_languages, problems, shape_of
+
+
+@pytest.mark.parametrize("language", other_languages(), ids=lambda lang: lang.code)
+def test_translation_is_complete_and_agrees_with_english(language: Language):
+    found = problems(language)
+    assert not found, "\n".join(found)
+
+
+def test_every_heading_has_an_explicit_id():
+    missing = [
+        m for path in sorted((REPO / "docs").rglob("*.md")) for m in missing_heading_ids(path)
+    ]
+    assert not missing, "\n".join(missing)
+
+
+def test_shape_sees_translated_prose_as_equal_and_changed_code_as_different():
+    english = '# Title {#t}\n\nProse.\n\n```python\n--8<-- "snippets/a.py:x"\n```\n\n```text title="Output"\n--8<-- "snippets/a.out:x"\n```\n\n```python\nprint(1)\n```\n[link](a.md#b)\n'
+    chinese = (
+        english.replace("Title", "标题")
+        .replace("Prose.", "正文。")
+        .replace('title="Output"', 'title="输出"')
+    )
+    assert shape_of(chinese) == shape_of(english)
+    assert shape_of(chinese.replace("print(1)", "print(2)")) != shape_of(english)
+    assert shape_of(chinese.replace("{#t}", "{#other}")) != shape_of(english)
+    assert shape_of(chinese.replace("a.py:x", "a.py:y")) != shape_of(english)
+
+
+def test_missing_translation_must_be_marked_pending(tmp_path, monkeypatch):
+    language = other_languages()[0]
+    empty = Language(code=language.code, name=language.name, nav=language.nav)
+    monkeypatch.setattr(Language, "docs_dir", property(lambda self: tmp_path))
+    found = problems(empty)
+    assert any("index.md is missing" in p and "pending" in p for p in found)
+    marked = Language(
+        code=language.code, name=language.name, nav=language.nav, pending=("index.md",)
+    )
+    assert not any("index.md is missing" in p for p in problems(marked))

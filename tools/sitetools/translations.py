@@ -1,0 +1,139 @@
+"""Translation status: which English pages each language has, and whether they agree.
+
+A translated page must show the same things as its English original: the same heading
+ids in the same order, the same includes, the same code blocks and the same links. Only
+prose is translated.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from sitetools import REPO
+from sitetools.i18n import SOURCE_LANGUAGE, Language, load_languages, nav_titles
+from sitetools.includes import INCLUDE_LINE, find_includes
+
+HEADING = re.compile(r"^(#{1,6})\s+(?P<text>.*?)\s*(?:\{#(?P<id>[-\w]+)\})?\s*$")
+FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
+LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
+OUTPUT_TITLE = re.compile(r'\s*title="[^"]*"')
+
+
+@dataclass(frozen=True)
+class PageShape:
+    """What must not change between languages."""
+
+    heading_ids: tuple[str | None, ...]
+    includes: tuple[str, ...]
+    code_blocks: tuple[str, ...]
+    links: tuple[str, ...]
+
+
+def shape_of(markdown: str) -> PageShape:
+    """Headings, includes, code blocks and links of a page, outside and inside code."""
+    heading_ids, code_blocks, links = [], [], []
+    block: list[str] | None = None
+    fence = ""
+    for line in markdown.splitlines():
+        match = FENCE.match(line)
+        if block is None and match:
+            fence, block = match["fence"], [OUTPUT_TITLE.sub("", match["info"])]
+            continue
+        if block is not None:
+            if line.strip() == fence:
+                if not all(INCLUDE_LINE.match(x) for x in block[1:] if x.strip()):
+                    code_blocks.append("\n".join(block))
+                block = None
+            else:
+                block.append(line)
+            continue
+        heading = HEADING.match(line)
+        if heading:
+            heading_ids.append(heading["id"])
+        links += LINK.findall(line)
+    return PageShape(
+        tuple(heading_ids),
+        tuple(str(i) for i in find_includes(markdown)),
+        tuple(code_blocks),
+        tuple(links),
+    )
+
+
+def english_pages() -> list[str]:
+    root = REPO / "docs" / SOURCE_LANGUAGE
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*.md"))
+
+
+def problems(language: Language) -> list[str]:
+    """Everything that is wrong with one language's translation."""
+    found = []
+    english_root = REPO / "docs" / SOURCE_LANGUAGE
+    english = english_pages()
+    for page in english:
+        translated = language.docs_dir / page
+        if not translated.exists():
+            if page not in language.pending:
+                found.append(
+                    f"docs/{language.code}/{page} is missing: translate docs/en/{page}, or list it "
+                    f"under 'pending' for '{language.code}' in docs/languages.yml"
+                )
+            continue
+        if page in language.pending:
+            found.append(
+                f"docs/{language.code}/{page} exists but is still listed as pending; remove it from 'pending'"
+            )
+        ours = shape_of(translated.read_text(encoding="utf-8"))
+        theirs = shape_of((english_root / page).read_text(encoding="utf-8"))
+        for field in ("heading_ids", "includes", "code_blocks", "links"):
+            if getattr(ours, field) != getattr(theirs, field):
+                found.append(
+                    f"docs/{language.code}/{page}: its {field.replace('_', ' ')} differ from docs/en/{page}:\n"
+                    f"  en: {getattr(theirs, field)}\n  {language.code}: {getattr(ours, field)}"
+                )
+    for path in sorted(language.docs_dir.rglob("*.md")):
+        page = path.relative_to(language.docs_dir).as_posix()
+        if page not in english:
+            found.append(f"docs/{language.code}/{page} has no English original docs/en/{page}")
+    for pending in language.pending:
+        if pending not in english:
+            found.append(
+                f"docs/languages.yml: '{language.code}' lists pending page {pending}, which is not an English page"
+            )
+    nav = yaml.load((REPO / "mkdocs.yml").read_text(encoding="utf-8"), Loader=_IgnoreTags).get(
+        "nav"
+    )
+    for title in sorted((nav_titles(nav) | {"Notebooks"}) - set(language.nav)):
+        found.append(
+            f"docs/languages.yml: '{language.code}' has no translation of the nav section '{title}'"
+        )
+    return found
+
+
+def missing_heading_ids(path: Path) -> list[str]:
+    """Headings written without an explicit {#id}."""
+    text = path.read_text(encoding="utf-8")
+    inside = False
+    missing = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if FENCE.match(line):
+            inside = not inside
+        elif not inside and (heading := HEADING.match(line)) and heading["id"] is None:
+            missing.append(
+                f"{path.relative_to(REPO)}:{number}: heading {line.strip()!r} needs an explicit {{#id}}"
+            )
+    return missing
+
+
+def other_languages() -> list[Language]:
+    return [lang for code, lang in load_languages().items() if code != SOURCE_LANGUAGE]
+
+
+class _IgnoreTags(yaml.SafeLoader):
+    """Reads mkdocs.yml, whose !ENV and !!python tags do not matter here."""
+
+
+_IgnoreTags.add_multi_constructor("", lambda loader, suffix, node: None)
