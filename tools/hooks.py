@@ -9,43 +9,44 @@ import logging
 
 from mkdocs.exceptions import PluginError
 from mkdocs.plugins import event_priority
-from sitetools import i18n, includes, notebooks
+from sitetools import i18n, includes, notebooks, templates
 
 log = logging.getLogger("mkdocs.hooks.jaxpar")
-_state = {"serving": False}
 
 
 def on_startup(command: str, dirty: bool) -> None:
-    _state["serving"] = command == "serve"
+    # Kept in sitetools, not here: `mkdocs serve` reloads this file for every rebuild.
+    i18n.serving = command == "serve"
 
 
 @event_priority(100)  # before the theme's search plugin reads the language
 def on_config(config):
     language = i18n.language_of(config)
     i18n.configure(config, language)
-    pages = notebooks.write_notebooks()
     section = language.nav.get("Notebooks", "Notebooks")
-    config.nav = (config.nav or []) + [{section: [{page.title: page.src_uri} for page in pages]}]
-    config["jaxpar_notebooks"] = pages
+    pages = [{page.title: page.src_uri} for page in notebooks.write_notebooks()]
+    config.nav = (config.nav or []) + [{section: pages}]
     return config
 
 
 @event_priority(100)  # before mkdocs-jupyter turns .ipynb files into pages
 def on_files(files, config):
     language = i18n.language_of(config)
-    root = str(notebooks.NOTEBOOK_ROOT)
-    for page in notebooks.write_notebooks():
-        file = notebooks_file(page, root, config)
+    for file in notebooks.notebook_files(config):
         files.append(file)
     return i18n.add_fallbacks(files, config, language)
 
 
-def notebooks_file(page, root, config):
-    from mkdocs.structure.files import File
+@event_priority(-100)  # after mkdocstrings has set up its handlers
+def on_pre_build(config):
+    mkdocstrings = config.plugins.get("mkdocstrings")
+    if mkdocstrings is not None:
+        templates.cache_compiled_templates(mkdocstrings.handlers.get_handler("python").env)
 
-    file = File(page.src_uri, root, config.site_dir, config.use_directory_urls)
-    file.edit_uri = f"../../{page.snippet.relative_to(i18n.REPO).as_posix()}"
-    return file
+
+def on_env(env, config, files):
+    templates.cache_compiled_templates(env)
+    return env
 
 
 def on_page_markdown(markdown, page, config, files):
@@ -67,4 +68,4 @@ def on_page_context(context, page, config, nav):
 
 def on_post_build(config):
     if i18n.language_of(config).code == i18n.SOURCE_LANGUAGE:
-        i18n.build_other_languages(config, serving=_state["serving"])
+        i18n.build_other_languages(config, serving=i18n.serving)

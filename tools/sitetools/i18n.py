@@ -9,6 +9,7 @@ from the same configuration. Separate builds give each language its own search i
 
 from __future__ import annotations
 
+import functools
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +54,11 @@ class Language:
 
 def load_languages() -> dict[str, Language]:
     """Read docs/languages.yml; English comes first, and each language needs its folder."""
+    return _load_languages(LANGUAGES_FILE.stat().st_mtime_ns)
+
+
+@functools.cache
+def _load_languages(mtime_ns: int) -> dict[str, Language]:
     raw = yaml.safe_load(LANGUAGES_FILE.read_text(encoding="utf-8"))
     languages = {}
     for code, settings in raw.items():
@@ -192,6 +198,8 @@ def _fingerprint(language: Language) -> tuple:
     )
 
 
+# Set by the hook's on_startup: True under `mkdocs serve`.
+serving = False
 _served_fingerprints: dict[str, tuple] = {}
 
 

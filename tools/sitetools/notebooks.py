@@ -8,10 +8,13 @@ output. Nothing is executed: the outputs come from the ``.out`` file the tests c
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
+from mkdocs.config.defaults import MkDocsConfig
+from mkdocs.structure.files import File
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from sitetools import REPO
@@ -81,14 +84,32 @@ def notebook_for(snippet: Path) -> nbformat.NotebookNode:
 
 def write_notebooks() -> list[NotebookPage]:
     """Write every snippet's notebook under NOTEBOOK_ROOT (only when it changed)."""
-    pages = []
-    for snippet in discover():
-        relative = snippet.relative_to(SNIPPETS_DIR).with_suffix(".ipynb")
-        src_uri = f"{NAV_PREFIX}/{relative.as_posix()}"
-        target = NOTEBOOK_ROOT / src_uri
-        text = nbformat.writes(notebook_for(snippet)) + "\n"
-        if not target.exists() or target.read_text(encoding="utf-8") != text:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text, encoding="utf-8")
-        pages.append(NotebookPage(snippet, src_uri, title_of(snippet)))
-    return pages
+    return [_write_notebook(snippet, *_stamp(snippet)) for snippet in discover()]
+
+
+def notebook_files(config: MkDocsConfig) -> list[File]:
+    """The notebook pages of a build, as MkDocs files (mkdocs-jupyter renders them)."""
+    files = []
+    for page in write_notebooks():
+        file = File(page.src_uri, str(NOTEBOOK_ROOT), config.site_dir, config.use_directory_urls)
+        # "Edit this page" leads to the snippet (edit_uri is relative to docs/<language>/).
+        file.edit_uri = f"../../{page.snippet.relative_to(REPO).as_posix()}"
+        files.append(file)
+    return files
+
+
+def _stamp(snippet: Path) -> tuple[int, int]:
+    recorded = output_path(snippet)
+    return snippet.stat().st_mtime_ns, recorded.stat().st_mtime_ns if recorded.exists() else 0
+
+
+@functools.cache  # per snippet and modification times: builds under `mkdocs serve` repeat this
+def _write_notebook(snippet: Path, *stamp: int) -> NotebookPage:
+    relative = snippet.relative_to(SNIPPETS_DIR).with_suffix(".ipynb")
+    src_uri = f"{NAV_PREFIX}/{relative.as_posix()}"
+    target = NOTEBOOK_ROOT / src_uri
+    text = nbformat.writes(notebook_for(snippet)) + "\n"
+    if not target.exists() or target.read_text(encoding="utf-8") != text:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    return NotebookPage(snippet, src_uri, title_of(snippet))
