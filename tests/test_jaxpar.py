@@ -12,6 +12,8 @@ import pytest
 from jaxpar import (
     DevicesAlreadyInitializedError,
     UnevenBatchError,
+    replicate,
+    shard_batch,
     simulate_cpu_devices,
     split_batch,
 )
@@ -100,3 +102,74 @@ class TestSplitBatch:
             ValueError, match=f"num_devices must be a positive integer, got {num_devices!r}"
         ):
             split_batch(np.zeros(8), num_devices=num_devices)
+
+
+class TestShardBatch:
+    mesh = jax.make_mesh((8,), ("data",))
+
+    def test_even_batch_is_sharded_with_a_full_mask(self):
+        data, mask = shard_batch({"x": np.ones((16, 3))}, self.mesh)
+        assert data["x"].sharding.spec == jax.sharding.PartitionSpec("data")
+        assert [shard.data.shape for shard in data["x"].addressable_shards] == [(2, 3)] * 8
+        np.testing.assert_array_equal(np.asarray(mask), np.ones(16))
+
+    def test_uneven_batch_raises_naming_sizes_and_policies(self):
+        with pytest.raises(UnevenBatchError) as caught:
+            shard_batch(np.zeros((19, 2)), self.mesh)
+        message = str(caught.value)
+        for part in [
+            "19 examples",
+            "8 devices of mesh axis 'data'",
+            "(16 or 24)",
+            "remainder='drop'",
+            "remainder='pad'",
+        ]:
+            assert part in message
+
+    def test_drop_leaves_out_the_remainder(self):
+        data, mask = shard_batch(np.arange(19), self.mesh, remainder="drop")
+        np.testing.assert_array_equal(np.asarray(data), np.arange(16))
+        assert float(mask.sum()) == 16
+
+    def test_drop_refuses_to_drop_everything(self):
+        with pytest.raises(UnevenBatchError, match="would drop all 5 examples"):
+            shard_batch(np.arange(5), self.mesh, remainder="drop")
+
+    def test_pad_adds_zero_rows_masked_out(self):
+        data, mask = shard_batch(
+            {"x": np.ones((19, 2)), "y": np.arange(1, 20)}, self.mesh, remainder="pad"
+        )
+        assert data["x"].shape == (24, 2)
+        np.testing.assert_array_equal(np.asarray(mask), [1.0] * 19 + [0.0] * 5)
+        np.testing.assert_array_equal(np.asarray(data["y"])[19:], 0)
+        assert mask.sharding == data["y"].sharding
+
+    def test_masked_mean_equals_the_mean_of_the_real_examples(self):
+        values = np.random.default_rng(0).normal(size=13).astype(np.float32)
+        data, mask = shard_batch(values, self.mesh, remainder="pad")
+        masked_mean = jax.jit(lambda v, m: (v * m).sum() / m.sum())(data, mask)
+        np.testing.assert_allclose(float(masked_mean), values.mean(), rtol=1e-6)
+
+    def test_unknown_axis(self):
+        with pytest.raises(
+            ValueError, match=r"the mesh has no axis 'batch'; its axes are \('data',\)"
+        ):
+            shard_batch(np.zeros(8), self.mesh, axis="batch")
+
+    def test_unknown_policy(self):
+        with pytest.raises(
+            ValueError, match="remainder must be 'raise', 'drop' or 'pad', got 'trim'"
+        ):
+            shard_batch(np.zeros(8), self.mesh, remainder="trim")
+
+    def test_two_dimensional_mesh_splits_along_the_named_axis_only(self):
+        mesh = jax.make_mesh((4, 2), ("data", "model"))
+        data, _ = shard_batch(np.zeros((8, 6)), mesh)
+        assert {shard.data.shape for shard in data.addressable_shards} == {(2, 6)}
+
+
+def test_replicate_puts_a_full_copy_everywhere():
+    mesh = jax.make_mesh((8,), ("data",))
+    tree = replicate({"w": np.ones((3, 2)), "b": np.zeros(2)}, mesh)
+    assert tree["w"].sharding.is_fully_replicated
+    assert all(shard.data.shape == (3, 2) for shard in tree["w"].addressable_shards)

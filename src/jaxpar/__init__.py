@@ -5,7 +5,7 @@ devices on a laptop, splitting batches across devices with errors that say what 
 loading real MNIST, checked and cached, for readers who have the network.
 """
 
-from jaxpar.batching import UnevenBatchError, split_batch
+from jaxpar.batching import ShardedBatch, UnevenBatchError, replicate, shard_batch, split_batch
 from jaxpar.data import (
     MNIST,
     MNIST_SHA256,
@@ -24,9 +24,12 @@ __all__ = [
     "ChecksumMismatchError",
     "DatasetUnavailableError",
     "DevicesAlreadyInitializedError",
+    "ShardedBatch",
     "UnevenBatchError",
     "load_mnist",
     "parse_idx",
+    "replicate",
+    "shard_batch",
     "simulate_cpu_devices",
     "split_batch",
 ]

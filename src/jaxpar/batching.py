@@ -1,11 +1,13 @@
-"""Splitting a host batch across devices, with errors that name the fix."""
+"""Putting a host batch on devices, with errors that name the fix."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 import jax
 import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 PyTree = Any
 
@@ -53,38 +55,169 @@ def split_batch(batch: PyTree, num_devices: int | None = None) -> PyTree:
     """
     if num_devices is None:
         num_devices = jax.local_device_count()
-    if isinstance(num_devices, bool) or not isinstance(num_devices, int) or num_devices < 1:
-        raise ValueError(f"num_devices must be a positive integer, got {num_devices!r}.")
+    _check_count("num_devices", num_devices)
+    arrays, treedef, size = _flatten_batch(batch)
+    _check_divisible(size, num_devices, "devices")
+    split = [a.reshape(num_devices, size // num_devices, *a.shape[1:]) for a in arrays]
+    return jax.tree.unflatten(treedef, split)
+
+
+class ShardedBatch(NamedTuple):
+    """A batch placed on a mesh, and which of its rows are real examples."""
+
+    data: PyTree
+    """The batch, every leaf a ``jax.Array`` split along its first dimension."""
+    mask: jax.Array
+    """``float32[B]``: 1 for a real example, 0 for padding; sharded like the batch."""
+
+
+def shard_batch(
+    batch: PyTree,
+    mesh: jax.sharding.Mesh,
+    axis: str = "data",
+    *,
+    remainder: Literal["raise", "drop", "pad"] = "raise",
+) -> ShardedBatch:
+    """Put a host batch on ``mesh``, its first dimension split along the mesh axis ``axis``.
+
+    A batch of ``B`` examples splits evenly when ``B`` is a multiple of the axis size.
+    ``remainder`` says what to do otherwise: ``"raise"`` (the default) explains the
+    choices, ``"drop"`` leaves out the last examples, ``"pad"`` adds rows of zeros and marks
+    them with 0 in the returned ``mask``, so that the loss can ignore them.
+
+    Args:
+        batch: an array, or a pytree of arrays that share their first dimension.
+        mesh: the device mesh, for example ``jax.make_mesh((8,), ("data",))``.
+        axis: the mesh axis to split the batch along.
+        remainder: ``"raise"``, ``"drop"`` or ``"pad"``.
+
+    Returns:
+        A :class:`ShardedBatch` ``(data, mask)``.
+
+    Raises:
+        UnevenBatchError: the batch does not split evenly and ``remainder="raise"``, or it
+            has fewer examples than the axis has devices and ``remainder="drop"``.
+        ValueError: ``axis`` is not an axis of ``mesh``, or ``remainder`` is not a policy.
+
+    Examples:
+        ```python
+        import jax
+        import jax.numpy as jnp
+        import numpy as np
+
+        from jaxpar import shard_batch
+
+        mesh = jax.make_mesh((8,), ("data",))
+        batch = {"x": np.ones((19, 3)), "y": np.arange(19)}
+        data, mask = shard_batch(batch, mesh, remainder="pad")
+        print(data["x"].shape, data["x"].sharding.spec, int(mask.sum()))
+        #> (24, 3) P('data',) 19
+        # A mean over the real examples only:
+        print(float(jnp.sum(data["y"] * mask) / jnp.sum(mask)))
+        #> 9.0
+        data, mask = shard_batch(batch, mesh, remainder="drop")
+        print(data["y"].shape)
+        #> (16,)
+        ```
+    """
+    if axis not in mesh.shape:
+        raise ValueError(
+            f"the mesh has no axis {axis!r}; its axes are {tuple(mesh.shape)}. Pass one of "
+            f"them as axis=, or build the mesh with that name: jax.make_mesh(..., ({axis!r},))."
+        )
+    if remainder not in ("raise", "drop", "pad"):
+        raise ValueError(f"remainder must be 'raise', 'drop' or 'pad', got {remainder!r}.")
+    arrays, treedef, size = _flatten_batch(batch)
+    parts = mesh.shape[axis]
+    keep = size
+    if remainder == "raise":
+        _check_divisible(size, parts, f"devices of mesh axis {axis!r}", hint=_POLICY_HINT)
+    elif remainder == "drop":
+        keep = size - size % parts
+        if keep == 0:
+            raise UnevenBatchError(
+                f"remainder='drop' would drop all {size} examples: mesh axis {axis!r} has "
+                f"{parts} devices. Use remainder='pad', or a batch of at least {parts} examples."
+            )
+    target = -(-size // parts) * parts if remainder == "pad" else keep
+    mask = (np.arange(target) < min(size, keep)).astype(np.float32)
+    arrays = [_resize(a, keep, target) for a in arrays]
+    sharding = NamedSharding(mesh, P(axis))
+    data = jax.device_put(jax.tree.unflatten(treedef, arrays), sharding)
+    return ShardedBatch(data, jax.device_put(mask, sharding))
+
+
+def replicate(tree: PyTree, mesh: jax.sharding.Mesh) -> PyTree:
+    """Put a full copy of every leaf of ``tree`` (parameters, optimizer state) on every device.
+
+    Examples:
+        ```python
+        import jax
+        import numpy as np
+
+        from jaxpar import replicate
+
+        mesh = jax.make_mesh((8,), ("data",))
+        params = replicate({"w": np.zeros((3, 2)), "b": np.zeros(2)}, mesh)
+        print(params["w"].shape, params["w"].sharding.is_fully_replicated)
+        #> (3, 2) True
+        ```
+    """
+    return jax.device_put(tree, NamedSharding(mesh, P()))
+
+
+_POLICY_HINT = "or call shard_batch(..., remainder='drop') or remainder='pad'"
+
+
+def _check_count(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+
+
+def _flatten_batch(batch: PyTree) -> tuple[list[np.ndarray], Any, int]:
+    """The leaves of a batch as NumPy arrays, its structure, and its batch size."""
     leaves, treedef = jax.tree.flatten(batch)
     arrays = [np.asarray(leaf) for leaf in leaves]
-    sizes = {array.shape[0] if array.ndim else None for array in arrays}
-    if None in sizes:
+    if not arrays:
+        raise ValueError("the batch has no arrays in it; pass an array or a pytree of arrays.")
+    if any(array.ndim == 0 for array in arrays):
         raise ValueError(
             "every leaf of the batch needs a leading batch axis, but one is a scalar; "
             "give it shape (batch_size, ...)."
         )
-    if not arrays:
-        raise ValueError("the batch has no arrays in it; pass an array or a pytree of arrays.")
+    sizes = sorted({array.shape[0] for array in arrays})
     if len(sizes) > 1:
         raise UnevenBatchError(
-            f"the leaves of the batch have different leading sizes {sorted(sizes)}; "
+            f"the leaves of the batch have different leading sizes {sizes}; "
             f"every leaf must hold the same number of examples."
         )
-    (size,) = sizes
-    per_device, remainder = divmod(size, num_devices)
-    if per_device == 0:
+    return arrays, treedef, sizes[0]
+
+
+def _check_divisible(size: int, parts: int, what: str, hint: str = "") -> None:
+    """Raise an UnevenBatchError naming the sizes and the remedies unless parts divides size."""
+    per_part, remainder = divmod(size, parts)
+    hint = f", {hint}" if hint else ""
+    if per_part == 0:
         raise UnevenBatchError(
-            f"a batch of {size} examples is too small for {num_devices} devices: each device "
-            f"needs at least one. Use a batch size that is a multiple of {num_devices}, or pad "
-            f"the batch to {num_devices} and mask the padding out of the loss."
+            f"a batch of {size} examples is too small for {parts} {what}: each device "
+            f"needs at least one. Use a batch size that is a multiple of {parts}, or pad "
+            f"the batch to {parts} and mask the padding out of the loss{hint}."
         )
     if remainder:
-        lower, upper = per_device * num_devices, (per_device + 1) * num_devices
+        lower, upper = per_part * parts, (per_part + 1) * parts
         raise UnevenBatchError(
-            f"a batch of {size} examples does not split evenly across {num_devices} devices "
-            f"({size} = {num_devices} x {per_device} + {remainder}). Use a batch size that is a "
-            f"multiple of {num_devices} ({lower} or {upper}), drop the last {remainder} examples, "
-            f"or pad the batch to {upper} and mask the padding out of the loss."
+            f"a batch of {size} examples does not split evenly across {parts} {what} "
+            f"({size} = {parts} x {per_part} + {remainder}). Use a batch size that is a "
+            f"multiple of {parts} ({lower} or {upper}), drop the last {remainder} examples, "
+            f"or pad the batch to {upper} and mask the padding out of the loss{hint}."
         )
-    split = [a.reshape(num_devices, per_device, *a.shape[1:]) for a in arrays]
-    return jax.tree.unflatten(treedef, split)
+
+
+def _resize(array: np.ndarray, keep: int, target: int) -> np.ndarray:
+    """The first ``keep`` rows, padded with zero rows up to ``target`` rows."""
+    array = array[:keep]
+    if target > keep:
+        padding = np.zeros((target - keep, *array.shape[1:]), dtype=array.dtype)
+        array = np.concatenate([array, padding])
+    return array
