@@ -9,13 +9,26 @@ from pathlib import Path
 
 import pytest
 from sitetools import REPO
-from sitetools.snippets import RECORD_COMMAND, discover, output_path, parse_cells, run
+from sitetools.snippets import (
+    RECORD_COMMAND,
+    discover,
+    launch_arguments,
+    output_path,
+    parse_cells,
+    run,
+)
 
 SNIPPETS = discover()
 IDS = [str(p.relative_to(REPO)) for p in SNIPPETS]
 # What a reader needs installed to run a snippet copied into an empty folder.
 ALLOWED_IMPORTS = {"jax", "flax", "optax", "numpy", "rich", "sklearn"}
 DEVICE_LINES = ["import jax", 'jax.config.update("jax_num_cpu_devices", 8)']
+# Multi-process snippets get their devices from `python -m jaxpar.launch` instead.
+LAUNCHED_LINES = [
+    "import jax",
+    "from jaxpar import initialize_distributed",
+    "initialize_distributed()",
+]
 
 
 def test_snippets_exist():
@@ -48,11 +61,14 @@ def test_snippet_follows_conventions(snippet: Path):
     source = snippet.read_text(encoding="utf-8")
     tree = ast.parse(source)
     assert ast.get_docstring(tree), f"{snippet.name} needs a module docstring saying what it shows"
-    statements = [ast.get_source_segment(source, node) for node in tree.body[1:3]]
-    assert statements == DEVICE_LINES, (
-        f"{snippet.name}: the first statements after the docstring must be {DEVICE_LINES}, "
-        f"so that 8 simulated devices exist before anything touches a device"
+    launched = launch_arguments(snippet) is not None
+    expected = LAUNCHED_LINES if launched else DEVICE_LINES
+    statements = [ast.get_source_segment(source, node) for node in tree.body[1 : 1 + len(expected)]]
+    assert statements == expected, (
+        f"{snippet.name}: the first statements after the docstring must be {expected}, "
+        f"so that the devices exist before anything touches one"
     )
+    allowed = ALLOWED_IMPORTS | ({"jaxpar"} if launched else set())
     parse_cells(snippet)  # raises on unnamed or duplicate cells
     for node in ast.walk(tree):
         names = []
@@ -62,9 +78,9 @@ def test_snippet_follows_conventions(snippet: Path):
             names = [node.module or ""]
         for module in names:
             top = module.split(".")[0]
-            assert top in ALLOWED_IMPORTS or top in sys.stdlib_module_names, (
+            assert top in allowed or top in sys.stdlib_module_names, (
                 f"{snippet.name} imports {module}; snippets may import only "
-                f"{sorted(ALLOWED_IMPORTS)} and the standard library"
+                f"{sorted(allowed)} and the standard library"
             )
 
 

@@ -159,6 +159,10 @@ for step in range(STEPS):
 jit_params = params
 # --8<-- [end:jit_train]
 print(f"jit + NamedSharding: loss {loss:.4f}, test accuracy {accuracy(jit_params):.4f}")
+# A single number to compare runs by (the multi-process chapter prints the same).
+print(
+    f"parameter fingerprint {sum(float(jnp.abs(a).sum()) for a in jax.tree.leaves(jit_params)):.4f}"
+)
 
 # %% hlo
 # --8<-- [start:hlo]
@@ -228,7 +232,7 @@ for name in ("hidden", "out"):
 def max_relative_difference(a, b):
     return max(
         float(jnp.max(jnp.abs(u - v)) / jnp.max(jnp.abs(u)))
-        for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b))
+        for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)
     )
 
 

@@ -58,7 +58,7 @@ def collectives(v):
 
 
 results = jax.pmap(collectives, axis_name="i")(jnp.arange(8.0))
-for name, value in zip(["psum", "pmean", "all_gather", "axis_index"], results):
+for name, value in zip(["psum", "pmean", "all_gather", "axis_index"], results, strict=True):
     print(f"{name:10s} shape {str(value.shape):7s} device 3 holds {value[3]}")
 # --8<-- [end:collectives]
 

@@ -7,6 +7,9 @@ snippet executes its cells in order in one ``__main__`` namespace, exactly as
 section markers, so that a page can include the output of one cell
 (``--8<-- "snippets/chapter/name.out:cell"``) and a notebook can show it under that cell.
 
+A snippet with a ``# jaxpar.launch: --nproc 2 --devices-per-process 4`` line runs in
+several processes under ``python -m jaxpar.launch``, and process 0's output is recorded.
+
 Command line (``PYTHONPATH=tools``)::
 
     python -m sitetools.snippets run snippets/chapter/name.py   # print the marked output
@@ -21,6 +24,7 @@ import contextlib
 import io
 import os
 import re
+import shlex
 import subprocess
 import sys
 import traceback
@@ -36,6 +40,9 @@ CELL_MARKER = re.compile(r"^# %%(?P<rest>.*)$")
 CELL_NAME = re.compile(r"[a-z][-_0-9a-z]*")
 SECTION_MARKER = re.compile(r"^\s*# --8<-- \[(?P<kind>start|end):(?P<name>[^\]]+)\]\s*$")
 RECORD_COMMAND = "make outputs"
+LAUNCH_MARKER = re.compile(r"^# jaxpar\.launch: (?P<options>.+)$", re.MULTILINE)
+# Gloo, the CPU collectives library, logs each connection to standard output.
+GLOO_LOG = re.compile(r"\[Gloo\]|connected peer ranks")
 
 # What makes a recorded output the same on every machine: the CPU backend (the snippets
 # simulate 8 CPU devices), a fixed terminal width for rich, no colour codes.
@@ -131,6 +138,9 @@ def run_in_process(snippet: Path) -> int:
     sys.argv = [str(snippet)]
     sys.path.insert(0, str(snippet.parent))
     namespace = {"__name__": "__main__", "__file__": str(snippet), "__builtins__": builtins}
+    # Written in one piece at the end, so that native libraries writing to the same
+    # stream (Gloo, in multi-process runs) cannot cut into a line.
+    output: list[str] = []
     for cell in parse_cells(snippet):
         captured = io.StringIO()
         # Padding with newlines keeps tracebacks pointing at the real lines of the file.
@@ -140,13 +150,14 @@ def run_in_process(snippet: Path) -> int:
                 exec(code, namespace)
                 _wait_for_jax_effects()
         except BaseException as error:  # noqa: BLE001 - reported, then the run fails
-            sys.stdout.write(captured.getvalue())
+            sys.stdout.write("".join(output) + captured.getvalue())
             sys.stdout.flush()
             print(f"\nsnippet {snippet.name} failed in cell {cell.name!r}:", file=sys.stderr)
             traceback.print_exception(type(error), error, error.__traceback__.tb_next)
             return 1
         if captured.getvalue():
-            sys.stdout.write(section(cell.name, captured.getvalue()))
+            output.append(section(cell.name, captured.getvalue()))
+    sys.stdout.write("".join(output))
     sys.stdout.flush()
     return 0
 
@@ -168,19 +179,39 @@ class RunResult:
     stderr: str
 
 
+def launch_arguments(snippet: Path) -> list[str] | None:
+    """The ``python -m jaxpar.launch`` options a multi-process snippet asks for, if any."""
+    match = LAUNCH_MARKER.search(snippet.read_text(encoding="utf-8"))
+    return shlex.split(match["options"]) if match else None
+
+
 def run(snippet: Path, timeout: float = 300) -> RunResult:
-    """Run a snippet in a fresh Python process, as the tests and ``make outputs`` do."""
+    """Run a snippet in a fresh Python process, as the tests and ``make outputs`` do.
+
+    A multi-process snippet (one with a ``# jaxpar.launch: OPTIONS`` line) runs under
+    ``python -m jaxpar.launch OPTIONS``; its recorded output is that of process 0.
+    """
     env = {**os.environ, **RUN_ENVIRONMENT, "PYTHONPATH": str(REPO / "tools")}
     env.pop("FORCE_COLOR", None)
+    command = [sys.executable, "-m", "sitetools.snippets", "run", str(snippet)]
+    options = launch_arguments(snippet)
+    if options is not None:
+        command = [sys.executable, "-m", "jaxpar.launch", *options, __file__, "run", str(snippet)]
     process = subprocess.run(
-        [sys.executable, "-m", "sitetools.snippets", "run", str(snippet)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-        cwd=REPO,
+        command, capture_output=True, text=True, env=env, timeout=timeout, cwd=REPO
     )
-    return RunResult(snippet, process.returncode, process.stdout, process.stderr)
+    stdout = process.stdout if options is None else output_of_process_zero(process.stdout)
+    return RunResult(snippet, process.returncode, stdout, process.stderr)
+
+
+def output_of_process_zero(launcher_output: str) -> str:
+    """Process 0's lines of the launcher's output, without their prefix or Gloo's log lines."""
+    prefix = "[rank 0] "
+    return "".join(
+        line[len(prefix) :]
+        for line in launcher_output.splitlines(keepends=True)
+        if line.startswith(prefix) and not GLOO_LOG.search(line)
+    )
 
 
 def record(snippets: list[Path]) -> int:

@@ -1,0 +1,131 @@
+"""Tests of jaxpar.timing with fake clocks: no wall-clock assertions."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from jaxpar import Timing, benchmark
+
+
+def replay(times_s: list[float]):
+    """A clock that reads (start, start + duration) for each duration in ``times_s``."""
+    ticks = []
+    for i, duration in enumerate(times_s):
+        ticks += [10.0 * i, 10.0 * i + duration]
+    return iter(ticks).__next__
+
+
+class Output:
+    """A fake output that records when it is waited for."""
+
+    def __init__(self, log: list[str]):
+        self.log = log
+
+    def block_until_ready(self) -> Output:
+        self.log.append("block")
+        return self
+
+
+class TestBenchmark:
+    def test_statistics_of_an_odd_count(self):
+        timing = benchmark(lambda: None, repeats=5, clock=replay([3e-3, 1e-3, 2e-3, 5e-3, 4e-3]))
+        assert timing.median_s == pytest.approx(3e-3)
+        assert timing.best_s == pytest.approx(1e-3)
+        assert timing.worst_s == pytest.approx(5e-3)
+        assert timing.iqr_s == pytest.approx(2e-3)  # 4 ms - 2 ms
+        assert timing.repeats == 5
+        assert timing.times_s == pytest.approx((3e-3, 1e-3, 2e-3, 5e-3, 4e-3))
+
+    def test_statistics_of_an_even_count_interpolate(self):
+        timing = benchmark(lambda: None, repeats=4, clock=replay([4.0, 1.0, 3.0, 2.0]))
+        assert timing.median_s == pytest.approx(2.5)
+        assert timing.iqr_s == pytest.approx(3.25 - 1.75)
+        assert (timing.best_s, timing.worst_s) == pytest.approx((1.0, 4.0))
+
+    def test_one_repeat(self):
+        timing = benchmark(lambda: None, warmup=0, repeats=1, clock=replay([0.5]))
+        assert (timing.median_s, timing.best_s, timing.worst_s, timing.iqr_s) == (
+            0.5,
+            0.5,
+            0.5,
+            0.0,
+        )
+
+    def test_waits_for_every_output_before_reading_the_clock(self):
+        log: list[str] = []
+
+        def fn(x, *, scale):
+            log.append(f"call {x} {scale}")
+            return {"out": [Output(log)]}
+
+        def clock():
+            log.append("clock")
+            return float(len(log))
+
+        benchmark(fn, 1, warmup=2, repeats=3, clock=clock, scale=2)
+        warm = ["call 1 2", "block"]
+        timed = ["clock", "call 1 2", "block", "clock"]
+        assert log == warm * 2 + timed * 3
+
+    def test_jax_outputs_are_ready(self):
+        f = jax.jit(lambda x: x * 2)
+        timing = benchmark(f, jnp.arange(4.0), repeats=3, clock=replay([1.0, 2.0, 3.0]))
+        assert timing.median_s == 2.0
+
+    def test_every_tick_is_read_once(self):
+        ticks = iter([0.0, 1.0, 1.0, 3.0])
+        benchmark(lambda: None, repeats=2, clock=ticks.__next__)
+        assert next(ticks, "done") == "done"
+
+    @pytest.mark.parametrize("warmup", [-1, 1.5, True, "2"])
+    def test_bad_warmup(self, warmup):
+        with pytest.raises(ValueError) as caught:
+            benchmark(lambda: None, warmup=warmup)
+        message = str(caught.value)
+        assert f"warmup must be a whole number of untimed calls, 0 or more, got {warmup!r}" in (
+            message
+        )
+        assert "warmup=0 to time the first call, compilation included" in message
+
+    @pytest.mark.parametrize("repeats", [0, -3, 2.0, True, None])
+    def test_bad_repeats(self, repeats):
+        with pytest.raises(ValueError) as caught:
+            benchmark(lambda: None, repeats=repeats)
+        message = str(caught.value)
+        assert f"repeats must be a whole number of timed calls, 1 or more, got {repeats!r}" in (
+            message
+        )
+        assert "repeats=10" in message
+
+    def test_fn_must_be_callable(self):
+        with pytest.raises(TypeError, match="a function to call first, got 3"):
+            benchmark(3)
+
+    def test_clock_must_be_callable(self):
+        with pytest.raises(TypeError, match=r"iter\(times\).__next__"):
+            benchmark(lambda: None, clock=[0.0, 1.0])
+
+    def test_a_clock_going_backwards(self):
+        with pytest.raises(ValueError, match="the clock went backwards: a call took -1.0 s"):
+            benchmark(lambda: None, repeats=1, clock=iter([2.0, 1.0]).__next__)
+
+
+class TestTimingStr:
+    @pytest.mark.parametrize(
+        ("median_s", "iqr_s", "repeats", "text"),
+        [
+            (1.234e-3, 5e-5, 10, "1.23 ms ± 0.05 ms (median ± IQR of 10)"),
+            (12.34e-3, 5e-4, 10, "12.3 ms ± 0.5 ms (median ± IQR of 10)"),
+            (123.4e-3, 4e-3, 7, "123 ms ± 4 ms (median ± IQR of 7)"),
+            (2.5, 0.1, 3, "2.50 s ± 0.10 s (median ± IQR of 3)"),
+            (42e-6, 3e-6, 10, "42.0 µs ± 3.0 µs (median ± IQR of 10)"),
+            (0.25e-6, 0.01e-6, 10, "0.250 µs ± 0.010 µs (median ± IQR of 10)"),
+            (0.0, 0.0, 1, "0.00 µs ± 0.00 µs (median ± IQR of 1)"),
+            (999.96e-6, 2e-6, 10, "1.00 ms ± 0.00 ms (median ± IQR of 10)"),
+            (0.99996, 0.02, 10, "1.00 s ± 0.02 s (median ± IQR of 10)"),
+        ],
+    )
+    def test_units_and_digits(self, median_s, iqr_s, repeats, text):
+        assert str(Timing(median_s, median_s, median_s, iqr_s, repeats)) == text
