@@ -1,0 +1,65 @@
+"""Meshes and named sharding: where every piece of an array lives.
+
+A 4x2 and a 2x4 mesh of 8 simulated CPU devices with named axes, Explicit against Auto
+axis types, `NamedSharding` with the forms of `PartitionSpec` (None, tuples of axes,
+fewer entries than dimensions), `jax.device_put`, `jax.debug.visualize_array_sharding`,
+`jax.typeof` and the shards each device holds.
+"""
+
+import jax
+
+jax.config.update("jax_num_cpu_devices", 8)
+
+# %% setup
+import jax.numpy as jnp
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+# %% meshes
+# --8<-- [start:meshes]
+mesh = jax.make_mesh((4, 2), ("batch", "features"), axis_types=(AxisType.Explicit,) * 2)
+print(mesh)
+print(mesh.devices)
+wide = jax.make_mesh((2, 4), ("batch", "features"), axis_types=(AxisType.Explicit,) * 2)
+print(wide.devices)
+# --8<-- [end:meshes]
+
+# %% device_put
+# --8<-- [start:device_put]
+x = jnp.arange(32.0).reshape(8, 4)
+sharded = jax.device_put(x, NamedSharding(mesh, P("batch", "features")))
+print(jax.typeof(sharded))
+jax.debug.visualize_array_sharding(sharded)
+# --8<-- [end:device_put]
+
+# %% shards
+# --8<-- [start:shards]
+for shard in sharded.addressable_shards[:3]:
+    rows, cols = shard.index
+    print(f"{shard.device}: rows {rows.start}:{rows.stop}, cols {cols.start}:{cols.stop}")
+    print(shard.data)
+# --8<-- [end:shards]
+
+# %% specs
+# --8<-- [start:specs]
+for spec in [P("batch"), P(None, "features"), P(("batch", "features")), P()]:
+    placed = jax.device_put(x, NamedSharding(mesh, spec))
+    print(f"{str(spec):28s} {jax.typeof(placed)}")
+    jax.debug.visualize_array_sharding(placed)
+# --8<-- [end:specs]
+
+# %% wide
+# --8<-- [start:wide]
+on_wide = jax.device_put(x, NamedSharding(wide, P("batch", "features")))
+print(jax.typeof(on_wide))
+jax.debug.visualize_array_sharding(on_wide)
+# --8<-- [end:wide]
+
+# %% axis_types
+# --8<-- [start:axis_types]
+auto = jax.make_mesh((4, 2), ("batch", "features"), axis_types=(AxisType.Auto,) * 2)
+on_auto = jax.device_put(x, NamedSharding(auto, P("batch", "features")))
+print("Explicit:", jax.typeof(sharded), "-> sum over rows:", jax.typeof(sharded.sum(axis=0)))
+print("Auto:    ", jax.typeof(on_auto), "-> sum over rows:", jax.typeof(on_auto.sum(axis=0)))
+print("jax.sharding.Mesh defaults to", jax.sharding.Mesh(mesh.devices, mesh.axis_names).axis_types)
+# --8<-- [end:axis_types]
