@@ -52,11 +52,13 @@ check-python:
 		exit 1; \
 	fi
 
-# Install exactly what uv.lock pins, once, and again whenever the lock changes.
+# Install exactly what uv.lock pins, once, and again whenever the lock changes. Bytecode is
+# compiled at install: every snippet runs in a fresh process, and where PYTHONDONTWRITEBYTECODE
+# is set Python would otherwise recompile jax on every start.
 $(VENV)/.installed: pyproject.toml uv.lock | check-python
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
-	UV_PROJECT_ENVIRONMENT=$(VENV) $(BIN)/uv sync --locked --python $(BIN)/python
+	UV_PROJECT_ENVIRONMENT=$(VENV) $(BIN)/uv sync --locked --compile-bytecode --python $(BIN)/python
 	touch $@
 
 clean: ## remove the environment, the built site and the caches

@@ -1,4 +1,4 @@
-"""Measuring sharded code honestly: warm-up, block_until_ready, the median of repeats.
+"""Measuring sharded code honestly with jaxpar.benchmark: warm-up, blocking, the median.
 
 A 1024x1024 matrix product, unsharded on one device and sharded by rows over 8 simulated
 CPU devices, timed with `jaxpar.benchmark`. The timings go to standard error: they depend on

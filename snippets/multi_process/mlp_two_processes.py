@@ -9,11 +9,13 @@ every batch. Run it with the site's launcher:
 
 # jaxpar.launch: --nproc 2 --devices-per-process 4 --timeout 300
 
+# --8<-- [start:start]
 import jax
 
 from jaxpar import initialize_distributed
 
 initialize_distributed()  # before anything touches a device
+# --8<-- [end:start]
 
 # %% setup
 # --8<-- [start:setup]
