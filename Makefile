@@ -22,7 +22,7 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
 
 serve: $(VENV)/.installed ## the site in every language at http://127.0.0.1:8000/, reloading on edits
-	$(BIN)/mkdocs serve
+	$(BIN)/mkdocs serve --dirty
 
 build: $(VENV)/.installed ## the whole site, every language, into site/ (strict)
 	$(BIN)/mkdocs build --strict

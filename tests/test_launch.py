@@ -89,7 +89,9 @@ def test_a_failing_rank_stops_the_others_and_sets_the_exit_status(tmp_path):
         tmp_path,
         RECORD_PIDS
         + """
-    if rank == 1:
+    if rank == 1:  # fail once every rank has started (and recorded its pids)
+        while len([n for n in os.listdir(sys.argv[1]) if n.startswith("pids-")]) < 3:
+            time.sleep(0.05)
         raise SystemExit(3)
     time.sleep(600)
     """,

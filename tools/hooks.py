@@ -1,6 +1,6 @@
-"""MkDocs hooks of the site: languages, English fallbacks, and snippet notebooks.
+"""MkDocs hooks of the site: languages, English fallbacks, snippet notebooks, fast serving.
 
-See tools/sitetools/i18n.py and tools/sitetools/notebooks.py for what each part does.
+Each part lives in a module of tools/sitetools/: i18n, notebooks, includes, serving, templates.
 """
 
 from __future__ import annotations
@@ -9,14 +9,15 @@ import logging
 
 from mkdocs.exceptions import PluginError
 from mkdocs.plugins import event_priority
-from sitetools import i18n, includes, notebooks, templates
+from sitetools import i18n, includes, notebooks, serving, templates
 
 log = logging.getLogger("mkdocs.hooks.jaxpar")
 
 
 def on_startup(command: str, dirty: bool) -> None:
     # Kept in sitetools, not here: `mkdocs serve` reloads this file for every rebuild.
-    i18n.serving = command == "serve"
+    serving.state.serving = command == "serve"
+    serving.state.dirty = dirty
 
 
 @event_priority(100)  # before the theme's search plugin reads the language
@@ -34,11 +35,14 @@ def on_files(files, config):
     language = i18n.language_of(config)
     for file in notebooks.notebook_files(config):
         files.append(file)
-    return i18n.add_fallbacks(files, config, language)
+    files = i18n.add_fallbacks(files, config, language)
+    serving.mark_stale_pages(files, language.code)
+    return files
 
 
 @event_priority(-100)  # after mkdocstrings has set up its handlers
 def on_pre_build(config):
+    serving.forget_other_search_index(config)
     mkdocstrings = config.plugins.get("mkdocstrings")
     if mkdocstrings is not None:
         templates.cache_compiled_templates(mkdocstrings.handlers.get_handler("python").env)
@@ -60,12 +64,20 @@ def on_page_markdown(markdown, page, config, files):
     return markdown
 
 
+@event_priority(100)  # before the search plugin indexes the page
 def on_page_context(context, page, config, nav):
+    if notebooks.is_notebook(page.file):
+        # The tutorial pages already hold this code and output: keep search results to them
+        # (and skip indexing the notebooks' large HTML on every rebuild).
+        page.meta["search"] = {"exclude": True}
     language = i18n.language_of(config)
     config.extra["alternate"] = i18n.alternates(page.url, language, i18n.root_url(config, language))
+    serving.remember_rebuilt_page(language.code, page.url)
     return context
 
 
 def on_post_build(config):
-    if i18n.language_of(config).code == i18n.SOURCE_LANGUAGE:
-        i18n.build_other_languages(config, serving=i18n.serving)
+    language = i18n.language_of(config)
+    serving.merge_search_index(config, language.code)  # runs after the search plugin's
+    if language.code == i18n.SOURCE_LANGUAGE:
+        i18n.build_other_languages(config, serving.state)

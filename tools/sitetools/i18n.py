@@ -22,6 +22,7 @@ from mkdocs.exceptions import ConfigurationError
 from mkdocs.structure.files import File, Files, InclusionLevel
 
 from sitetools import REPO
+from sitetools.serving import ServeState, stamp
 
 DOCS = REPO / "docs"
 LANGUAGES_FILE = DOCS / "languages.yml"
@@ -185,44 +186,41 @@ def alternates(page_url: str, current: Language, site_url: str) -> list[dict[str
     ]
 
 
-def _fingerprint(language: Language) -> tuple:
-    """What a language build reads, as (path, mtime, size) triples."""
+def _inputs(language: Language) -> list[Path]:
+    """What a language build reads besides the configuration: its pages and its fallbacks."""
     english = DOCS / SOURCE_LANGUAGE
-    paths = [REPO / p for p in SHARED_INPUTS] + [language.docs_dir]
-    files = [f for p in paths for f in ([p] if p.is_file() else p.rglob("*"))]
-    files += [
+    missing = [
         f for f in english.rglob("*") if not (language.docs_dir / f.relative_to(english)).exists()
     ]
-    return tuple(
-        sorted((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files if f.is_file())
-    )
+    return [REPO / p for p in SHARED_INPUTS] + [language.docs_dir, *missing]
 
 
-# Set by the hook's on_startup: True under `mkdocs serve`.
-serving = False
-_served_fingerprints: dict[str, tuple] = {}
+_served_stamps: dict[str, tuple] = {}
 
 
-def build_other_languages(config: MkDocsConfig, serving: bool) -> None:
+def build_other_languages(config: MkDocsConfig, state: ServeState) -> None:
     """Build every language but English into ``<site_dir>/<code>/``.
 
-    Under ``mkdocs serve`` a language is rebuilt only when its inputs changed; otherwise
-    its previous build is copied into place, which keeps reloads fast.
+    Under ``mkdocs serve`` each language is built into a cache that outlives the temporary
+    site directory, only when its inputs changed (dirty, under ``--dirty``), and copied
+    into place.
     """
     for language in list(load_languages().values())[1:]:
         target = Path(config.site_dir) / language.code
-        if not serving:
-            _build(config, language, target)
+        if not state.serving:
+            _build(config, language, target, dirty=False)
             continue
         cached = SERVE_CACHE / language.code
-        fingerprint = _fingerprint(language)
-        if _served_fingerprints.get(language.code) != fingerprint or not cached.is_dir():
-            _build(config, language, cached)
-            _served_fingerprints[language.code] = fingerprint
+        current = stamp(_inputs(language))
+        if _served_stamps.get(language.code) != current or not cached.is_dir():
+            _build(config, language, cached, dirty=state.dirty and cached.is_dir())
+            _served_stamps[language.code] = current
         shutil.copytree(cached, target, dirs_exist_ok=True)
 
 
-def _build(config: MkDocsConfig, language: Language, site_dir: Path) -> None:
+def _build(config: MkDocsConfig, language: Language, site_dir: Path, dirty: bool) -> None:
+    # No on_startup here: MkDocs shares plugin instances between the builds of a process,
+    # and they have already started, for `build` or for `serve`.
     child = load_config(
         config_file=config.config_file_path,
         docs_dir=str(language.docs_dir),
@@ -230,8 +228,4 @@ def _build(config: MkDocsConfig, language: Language, site_dir: Path) -> None:
         site_url=f"{config.site_url or '/'}{language.prefix}",
         strict=config.strict,
     )
-    child.plugins.on_startup(command="build", dirty=False)
-    try:
-        build(child)
-    finally:
-        child.plugins.on_shutdown()
+    build(child, dirty=dirty)

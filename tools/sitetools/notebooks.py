@@ -98,6 +98,11 @@ def notebook_files(config: MkDocsConfig) -> list[File]:
     return files
 
 
+def is_notebook(file: File) -> bool:
+    """Whether a page of the build is one of the generated notebooks."""
+    return file.abs_src_path is not None and Path(file.abs_src_path).is_relative_to(NOTEBOOK_ROOT)
+
+
 def _stamp(snippet: Path) -> tuple[int, int]:
     recorded = output_path(snippet)
     return snippet.stat().st_mtime_ns, recorded.stat().st_mtime_ns if recorded.exists() else 0

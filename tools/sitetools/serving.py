@@ -1,0 +1,106 @@
+"""Fast and correct rebuilds under ``make serve`` (``mkdocs serve --dirty``).
+
+A dirty rebuild renders only the pages whose source file changed. That alone is wrong here
+in three ways, which this module corrects:
+
+- a page must also be rebuilt when a snippet or output it includes changed, and every page
+  when the configuration, the theme overrides, the hooks or the library changed;
+- Material's search plugin is one instance shared by every language build of the process
+  (MkDocs caches plugins that have ``on_startup``), so its memory of the previous index is
+  useless here; the index of each language is kept here instead, and merged page by page;
+- the languages other than English are rebuilt, dirty as well, into a cache that outlives
+  the temporary site directory of ``mkdocs serve``, and only when their inputs changed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mkdocs.config.defaults import MkDocsConfig
+from mkdocs.structure.files import File, Files
+
+from sitetools import REPO
+from sitetools.includes import find_includes
+
+# Inputs that can change any page: a change rebuilds every page of every language.
+CONFIG_INPUTS = ["mkdocs.yml", "docs/languages.yml", "overrides", "tools", "src"]
+
+
+@dataclass
+class ServeState:
+    """What survives from one rebuild to the next (the hooks module itself is reloaded)."""
+
+    serving: bool = False
+    dirty: bool = False
+    config_stamps: dict[str, tuple] = field(default_factory=dict)
+    search_entries: dict[str, list[dict]] = field(default_factory=dict)
+    rebuilt: dict[str, set[str]] = field(default_factory=dict)
+
+
+state = ServeState()
+
+
+def stamp(paths: list[Path]) -> tuple:
+    """Modification times of every file under ``paths``."""
+    files = [f for p in paths for f in ([p] if p.is_file() else p.rglob("*"))]
+    return tuple(sorted((str(f), f.stat().st_mtime_ns) for f in files if f.is_file()))
+
+
+def dirty_serving() -> bool:
+    return state.serving and state.dirty
+
+
+def mark_stale_pages(files: Files, code: str) -> None:
+    """Make the dirty rebuild also render the pages that changed through their inputs."""
+    if not dirty_serving():
+        return
+    current = stamp([REPO / p for p in CONFIG_INPUTS])
+    everything = state.config_stamps.get(code) != current
+    state.config_stamps[code] = current
+    for file in files.documentation_pages():
+        if everything or _includes_changed(file):
+            file.is_modified = lambda: True  # type: ignore[method-assign]
+
+
+def _includes_changed(file: File) -> bool:
+    destination = Path(file.abs_dest_path)
+    if file.abs_src_path is None or not file.src_uri.endswith(".md") or not destination.exists():
+        return False
+    built = destination.stat().st_mtime
+    text = Path(file.abs_src_path).read_text(encoding="utf-8")
+    return any(
+        (REPO / include.path).exists() and (REPO / include.path).stat().st_mtime > built
+        for include in find_includes(text)
+    )
+
+
+def remember_rebuilt_page(code: str, url: str) -> None:
+    state.rebuilt.setdefault(code, set()).add(url)
+
+
+def forget_other_search_index(config: MkDocsConfig) -> None:
+    """Stop the shared search plugin from merging in the index of the previous build.
+
+    Under ``--dirty`` it keeps its last index to merge into the next, which here may be
+    another language's; :func:`merge_search_index` does the merging instead.
+    """
+    search = config.plugins.get("material/search") or config.plugins.get("search")
+    if search is not None:
+        search.search_index_prev = None
+
+
+def merge_search_index(config: MkDocsConfig, code: str) -> None:
+    """Complete the index the search plugin just wrote with the pages not rebuilt this time."""
+    if not dirty_serving():
+        return
+    path = Path(config.site_dir) / "search" / "search_index.json"
+    index = json.loads(path.read_text(encoding="utf-8"))
+    rebuilt = state.rebuilt.pop(code, set())
+    kept = [
+        e for e in state.search_entries.get(code, []) if e["location"].split("#")[0] not in rebuilt
+    ]
+    index["docs"] = kept + index["docs"]
+    state.search_entries[code] = index["docs"]
+    path.write_text(json.dumps(index, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
