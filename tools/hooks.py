@@ -24,9 +24,8 @@ def on_startup(command: str, dirty: bool) -> None:
 def on_config(config):
     language = i18n.language_of(config)
     i18n.configure(config, language)
-    section = language.nav.get("Notebooks", "Notebooks")
-    pages = [{page.title: page.src_uri} for page in notebooks.write_notebooks()]
-    config.nav = (config.nav or []) + [{section: pages}]
+    sections = notebooks.nav_sections(notebooks.write_notebooks())
+    config.nav = (config.nav or []) + i18n.translate_nav([{"Notebooks": sections}], language)
     return config
 
 

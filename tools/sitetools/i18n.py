@@ -38,6 +38,7 @@ class Language:
 
     code: str
     name: str
+    site_name: str = ""
     notice: str = ""
     labels: dict[str, str] = field(default_factory=dict)
     nav: dict[str, str] = field(default_factory=dict)
@@ -104,6 +105,7 @@ def root_url(config: MkDocsConfig, language: Language) -> str:
 def configure(config: MkDocsConfig, language: Language) -> None:
     """Adapt the shared configuration to one language (before any plugin reads it)."""
     config.theme["language"] = language.code
+    config.site_name = language.site_name or config.site_name
     if config.edit_uri:
         config.edit_uri = config.edit_uri.replace(
             f"docs/{SOURCE_LANGUAGE}/", f"docs/{language.code}/"

@@ -31,6 +31,14 @@ from sitetools.snippets import (
 # Generated notebooks live outside docs/ so that writing them never triggers a rebuild.
 NOTEBOOK_ROOT = REPO / ".cache" / "notebooks"
 NAV_PREFIX = "notebooks"
+# The nav section each snippet folder's notebooks go under (the chapter's own title).
+CHAPTERS = {
+    "basics": "JAX basics",
+    "data_parallel": "Data parallelism",
+    "distributed_arrays": "Distributed arrays",
+    "multi_process": "Beyond one process",
+    "model_sharding": "Beyond one process",
+}
 KERNEL = {"name": "python3", "display_name": "Python 3", "language": "python"}
 
 
@@ -41,6 +49,18 @@ class NotebookPage:
     snippet: Path
     src_uri: str  # for example "notebooks/data_parallel/linear_regression.ipynb"
     title: str
+
+
+def nav_sections(pages: list[NotebookPage]) -> list[dict[str, list]]:
+    """The notebooks grouped by chapter, in the order of CHAPTERS, short titles first."""
+    sections: dict[str, list] = {}
+    order = list(dict.fromkeys(CHAPTERS.values()))
+    for page in pages:
+        folder = page.snippet.parent.name
+        chapter = CHAPTERS.get(folder, folder.replace("_", " ").capitalize())
+        sections.setdefault(chapter, []).append({page.title.split(": ")[0]: page.src_uri})
+    ranked = sorted(sections, key=lambda c: order.index(c) if c in order else len(order))
+    return [{chapter: sections[chapter]} for chapter in ranked]
 
 
 def title_of(snippet: Path) -> str:
