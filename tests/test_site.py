@@ -155,6 +155,9 @@ def test_notebook_page_and_download_in_every_language(site, snippet):
         html = (folder / "index.html").read_text(encoding="utf-8")
         download = folder / f"{relative.name}.ipynb"
         assert f'href="{relative.name}.ipynb"' in html or download.name in html, code
+        script = folder / f"{relative.name}.py"
+        assert f'href="{script.name}"' in html
+        assert script.read_text(encoding="utf-8") == snippet.read_text(encoding="utf-8")
         notebook = nbformat.read(download, as_version=4)
         nbformat.validate(notebook)
         outputs = {

@@ -76,6 +76,7 @@ def on_page_context(context, page, config, nav):
 
 
 def on_post_build(config):
+    notebooks.copy_scripts(config)
     language = i18n.language_of(config)
     serving.merge_search_index(config, language.code)  # runs after the search plugin's
     if language.code == i18n.SOURCE_LANGUAGE:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,6 +117,15 @@ def notebook_files(config: MkDocsConfig) -> list[File]:
         file.edit_uri = f"../../{page.snippet.relative_to(REPO).as_posix()}"
         files.append(file)
     return files
+
+
+def copy_scripts(config: MkDocsConfig) -> None:
+    """Put each snippet's .py next to its notebook page, for the download button."""
+    for snippet in discover():
+        relative = snippet.relative_to(SNIPPETS_DIR)
+        target = Path(config.site_dir) / NAV_PREFIX / relative.with_suffix("") / relative.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(snippet, target)
 
 
 def is_notebook(file: File) -> bool:
