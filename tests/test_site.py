@@ -135,6 +135,15 @@ def test_chinese_search_index_is_segmented_by_jieba(site):
     assert "\\u200b" in index["config"]["separator"] or "\u200b" in index["config"]["separator"]
 
 
+def test_pages_show_their_last_update_in_their_language(site):
+    for code, marker in {"en": "2026", "zh": "年", "ko": "년"}.items():
+        html = (language_root(site, code) / "data-parallel" / "modern" / "index.html").read_text(
+            encoding="utf-8"
+        )
+        date = re.search(r'git-revision-date-localized-plugin-date"[^>]*>([^<]+)<', html)
+        assert date and marker in date[1], (code, date and date[1])
+
+
 def test_material_interface_is_in_each_language(site):
     placeholders = {
         "en": 'placeholder="Search"',
