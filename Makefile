@@ -16,7 +16,7 @@ export NO_MKDOCS_2_WARNING := 1
 export UV_PYTHON_DOWNLOADS := never
 export PYTHONPATH := tools
 
-.PHONY: help serve build test test-latest outputs lock check-python clean
+.PHONY: help serve build test test-browser test-latest outputs lock check-python clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
@@ -29,6 +29,9 @@ build: $(VENV)/.installed ## the whole site, every language, into site/ (strict)
 
 test: $(VENV)/.installed ## every check that CI runs
 	$(BIN)/pytest
+
+test-browser: $(VENV)/.installed ## the built site in headless Chromium (needs Debian's chromium)
+	$(BIN)/pytest -m browser -n 0
 
 test-latest: check-python ## the same tests against the newest releases instead of uv.lock
 	$(PYTHON) -m venv .venv-latest

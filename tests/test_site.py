@@ -25,14 +25,6 @@ HAN = re.compile(r"[\u4e00-\u9fff]")
 HANGUL = re.compile(r"[\uac00-\ud7a3]")
 
 
-@pytest.fixture(scope="session")
-def site(tmp_path_factory) -> Path:
-    site_dir = tmp_path_factory.mktemp("built") / "site"
-    result = build(REPO, site_dir)
-    assert result.returncode == 0, f"the strict build failed:\n{result.stdout}\n{result.stderr}"
-    return site_dir
-
-
 def language_root(site: Path, code: str) -> Path:
     return site if code == "en" else site / code
 

@@ -70,7 +70,7 @@ def on_page_context(context, page, config, nav):
         # (and skip indexing the notebooks' large HTML on every rebuild).
         page.meta["search"] = {"exclude": True}
     language = i18n.language_of(config)
-    config.extra["alternate"] = i18n.alternates(page.url, language, i18n.root_url(config, language))
+    config.extra["alternate"] = i18n.alternates(page.url, language)
     serving.remember_rebuilt_page(language.code, page.url)
     return context
 

@@ -1,7 +1,7 @@
 """Data-parallel training of a Flax NNX MLP, four ways, reaching the same parameters.
 
 The same model (a two-layer MLP on scikit-learn's 8x8 digits), the same optimizer
-(Optax SGD with momentum) and the same 60 steps of 256 examples, trained on one device,
+(Optax SGD with momentum) and the same 40 steps of 256 examples, trained on one device,
 with `jax.pmap`, with `jax.jit` and a batch sharded by `NamedSharding`, and with
 `jax.shard_map`. It also shows the naive shard_map port whose gradients are 8x too large,
 and the all-reduce that XLA inserts into the jit version.
@@ -34,7 +34,7 @@ labels = digits.target[order].astype(np.int32)
 x_train, y_train = images[:1536], labels[:1536]
 x_test, y_test = images[1536:], labels[1536:]
 
-BATCH, STEPS = 256, 60
+BATCH, STEPS = 256, 40
 
 
 def get_batch(step):

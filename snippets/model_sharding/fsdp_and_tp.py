@@ -25,7 +25,7 @@ order = np.random.default_rng(0).permutation(len(digits.target))
 images = (digits.data[order] / 16.0).astype(np.float32)
 labels = digits.target[order].astype(np.int32)
 x_train, y_train = images[:1536], labels[:1536]
-BATCH, STEPS = 256, 30
+BATCH, STEPS = 256, 20
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 
 

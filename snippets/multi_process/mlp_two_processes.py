@@ -52,7 +52,7 @@ images = (digits.data[order] / 16.0).astype(np.float32)
 labels = digits.target[order].astype(np.int32)
 x_train, y_train = images[:1536], labels[:1536]
 x_test, y_test = images[1536:], labels[1536:]
-BATCH, STEPS = 256, 60
+BATCH, STEPS = 256, 40
 LOCAL_BATCH = BATCH // processes  # each process loads only its share
 
 

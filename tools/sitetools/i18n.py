@@ -92,16 +92,6 @@ def language_of(config: MkDocsConfig) -> Language:
     return languages[code]
 
 
-def root_url(config: MkDocsConfig, language: Language) -> str:
-    """The URL of the whole site (English root), from a language build's site_url."""
-    url = config.site_url or "/"
-    return (
-        url[: len(url) - len(language.prefix)]
-        if language.prefix and url.endswith(language.prefix)
-        else url
-    )
-
-
 def configure(config: MkDocsConfig, language: Language) -> None:
     """Adapt the shared configuration to one language (before any plugin reads it)."""
     config.theme["language"] = language.code
@@ -169,20 +159,21 @@ def add_notice(markdown: str, language: Language) -> str:
     return notice + markdown
 
 
-def alternates(page_url: str, current: Language, site_url: str) -> list[dict[str, str]]:
+def alternates(page_url: str, current: Language) -> list[dict[str, str]]:
     """Language-switcher entries pointing at the same page in every language.
 
-    ``href`` is relative to the current page (for the switcher); ``link`` is absolute
-    (for the ``<link rel="alternate" hreflang>`` tags).
+    ``href`` leads from the current page to the same page in that language (the switcher
+    uses it); ``link`` is that language's root, relative to the current build's root, which
+    is what Material's theme expects there (its script reads the language's sitemap from it).
     """
     depth = page_url.count("/") if page_url.endswith("/") or "/" in page_url else 0
-    to_site_root = "../" * depth + ("../" if current.prefix else "")
+    up = "../" if current.prefix else ""
     return [
         {
             "name": language.name,
             "lang": language.code,
-            "link": f"{site_url}{language.prefix}{page_url}",
-            "href": f"{to_site_root}{language.prefix}{page_url}" or "./",
+            "link": f"{up}{language.prefix}",
+            "href": f"{'../' * depth}{up}{language.prefix}{page_url}" or "./",
         }
         for language in load_languages().values()
     ]

@@ -1,0 +1,196 @@
+"""The built site in a real browser: headless Chromium (Debian's), driven by Playwright.
+
+Every language: pages load without console errors, the language switcher keeps the page,
+search finds pages in that language only, code copy buttons copy the snippet, notebook
+downloads are valid, unknown URLs get the 404 page, and axe-core finds no serious or
+critical accessibility violation. Chromium comes from the system (`.ci/run` installs it);
+without it these tests skip with instructions, except under CI=true, where they fail.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import shutil
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urljoin
+
+import nbformat
+import pytest
+from sitetools import REPO
+from sitetools.i18n import load_languages
+
+pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("site")]
+
+LANGUAGES = list(load_languages())
+CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+TUTORIAL = "data-parallel/first-example/"
+PAGE_TYPES = {
+    "home": "",
+    "tutorial": TUTORIAL,
+    "notebook": "notebooks/data_parallel/linear_regression/",
+    "api": "api/jaxpar/",
+}
+SEARCHES = {"zh": ("数据并行", "data-parallel/"), "ko": ("데이터 병렬화", "data-parallel/")}
+
+
+def prefix(code: str) -> str:
+    return "" if code == "en" else f"{code}/"
+
+
+class SiteHandler(http.server.SimpleHTTPRequestHandler):
+    """Static files, and the language's 404 page for unknown paths, as GitHub Pages does."""
+
+    def log_message(self, *args):  # keep test output quiet
+        pass
+
+    def send_error(self, code, message=None, explain=None):
+        if code != 404:
+            return super().send_error(code, message, explain)
+        first = self.path.strip("/").split("/")[0]
+        page = Path(self.directory) / (first if first in LANGUAGES[1:] else "") / "404.html"
+        body = page.read_bytes()
+        self.send_response(404)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture(scope="module")
+def base_url(site) -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(SiteHandler, directory=str(site))
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        message = (
+            f"Chromium not found at {CHROMIUM}. Install Debian's package (sudo apt-get install "
+            f"chromium) or set CHROMIUM=/path/to/chromium; .ci/run installs it in CI."
+        )
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser, base_url):
+    context = browser.new_context()
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=base_url.rstrip("/"))
+    # Nothing here reaches the internet: requests elsewhere (Material asks api.github.com for
+    # the repository's stars) are stopped, and only failures on the site itself count.
+    context.route(lambda url: not url.startswith(base_url), lambda route: route.abort())
+    page = context.new_page()
+    page.errors = []
+    page.on(
+        "console",
+        lambda m: (
+            m.type == "error"
+            and "Failed to load resource" not in m.text
+            and page.errors.append(m.text)
+        ),
+    )
+    page.on("pageerror", lambda e: page.errors.append(str(e)))
+    page.on(
+        "requestfailed",
+        # ERR_ABORTED: a request cut short by the next navigation, not a missing file.
+        lambda r: (
+            r.url.startswith(base_url)
+            and "ERR_ABORTED" not in (r.failure or "")
+            and page.errors.append(f"failed: {r.url} {r.failure}")
+        ),
+    )
+    yield page
+    context.close()
+
+
+@pytest.mark.parametrize("code", LANGUAGES)
+def test_language_switcher_keeps_the_page(page, base_url, code):
+    for target in (other for other in LANGUAGES if other != code):
+        page.goto(base_url + prefix(code) + TUTORIAL)
+        page.hover(".md-header__option .md-select")
+        page.click(f'.md-select__link[hreflang="{target}"]')
+        page.wait_for_url(base_url + prefix(target) + TUTORIAL)
+        assert page.evaluate("document.documentElement.lang") == target
+
+
+@pytest.mark.parametrize("code", sorted(SEARCHES))
+def test_search_finds_pages_of_its_own_language_only(page, base_url, code):
+    term, expected = SEARCHES[code]
+    page.goto(base_url + prefix(code))
+    page.click(".md-search__input")
+    page.fill(".md-search__input", term)
+    page.wait_for_selector(".md-search-result__item", timeout=30_000)
+    links = page.eval_on_selector_all(".md-search-result__item > a", "els => els.map(e => e.href)")
+    assert links
+    assert all(link.startswith(base_url + prefix(code)) for link in links), links
+    assert any(expected in link for link in links), links
+
+
+def test_copy_button_copies_exactly_the_snippet(page, base_url):
+    page.goto(base_url + TUTORIAL)
+    page.hover("pre >> nth=0")  # the copy button shows on hover
+    page.click(".md-code__button[title='Copy to clipboard'] >> nth=0")
+    copied = page.evaluate("navigator.clipboard.readText()")
+    source = (REPO / "snippets/data_parallel/linear_regression.py").read_text(encoding="utf-8")
+    section = source.split("# --8<-- [start:devices]\n")[1].split("# --8<-- [end:devices]")[0]
+    assert copied.strip() == section.strip()
+
+
+@pytest.mark.parametrize("code", LANGUAGES)
+def test_notebook_download_is_a_valid_notebook(page, base_url, code):
+    page.goto(base_url + prefix(code) + PAGE_TYPES["notebook"])
+    href = page.get_attribute('a[download][href$=".ipynb"]', "href")
+    response = page.request.get(urljoin(page.url, href))
+    assert response.ok
+    nbformat.validate(nbformat.reads(response.text(), as_version=4))
+
+
+@pytest.mark.parametrize("code", LANGUAGES)
+def test_unknown_url_shows_the_404_page(page, base_url, code):
+    response = page.goto(base_url + prefix(code) + "no/such/page/")
+    assert response.status == 404
+    assert page.locator("h1").first.inner_text().strip() == "404 - Not found"
+
+
+@pytest.mark.parametrize("code", LANGUAGES)
+@pytest.mark.parametrize("kind", sorted(PAGE_TYPES))
+def test_page_loads_cleanly_and_accessibly(page, base_url, code, kind):
+    """No console error, the right <html lang>, no serious or critical axe-core violation."""
+    from axe_playwright_python.sync_playwright import Axe
+
+    page.goto(base_url + prefix(code) + PAGE_TYPES[kind], wait_until="load")
+    assert page.evaluate("document.documentElement.lang") == code
+    results = Axe().run(page)
+    serious = [v for v in results.response["violations"] if v["impact"] in ("serious", "critical")]
+    assert not serious, "\n".join(
+        f"{v['id']} ({v['impact']}): {v['help']} x{len(v['nodes'])}" for v in serious
+    )
+    # mkdocs-jupyter loads MathJax from a CDN on notebook pages; the tests block the
+    # internet, and no notebook here has math, so that one failure is not the site's.
+    assert [e for e in page.errors if not e.startswith("mkdocs-jupyter: MathJax")] == []
