@@ -15,6 +15,7 @@ in three ways, which this module corrects:
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +24,8 @@ from mkdocs.structure.files import File, Files
 
 from sitetools import REPO
 from sitetools.includes import find_includes
+
+log = logging.getLogger("mkdocs.hooks.jaxpar")
 
 # Inputs that can change any page: a change rebuilds every page of every language.
 CONFIG_INPUTS = ["mkdocs.yml", "docs/languages.yml", "overrides", "tools", "src"]
@@ -57,7 +60,11 @@ def mark_stale_pages(files: Files, code: str) -> None:
     if not dirty_serving():
         return
     current = stamp([REPO / p for p in CONFIG_INPUTS])
-    everything = state.config_stamps.get(code) != current
+    previous = state.config_stamps.get(code)
+    everything = previous != current
+    if everything and previous is not None:
+        changed = sorted({path for path, _ in set(previous) ^ set(current)})
+        log.info("%s changed: rebuilding every page of '%s'", ", ".join(changed[:3]), code)
     state.config_stamps[code] = current
     for file in files.documentation_pages():
         if everything or _includes_changed(file):
