@@ -5,13 +5,9 @@ Each part lives in a module of tools/sitetools/: i18n, notebooks, includes, serv
 
 from __future__ import annotations
 
-import logging
-
 from mkdocs.exceptions import PluginError
 from mkdocs.plugins import event_priority
 from sitetools import i18n, includes, notebooks, serving, templates
-
-log = logging.getLogger("mkdocs.hooks.jaxpar")
 
 
 def on_startup(command: str, dirty: bool) -> None:
