@@ -19,7 +19,7 @@ export PYTHONPATH := tools
 .PHONY: help serve build test test-browser test-latest outputs lock check-python clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 serve: $(VENV)/.installed ## the site in every language at http://127.0.0.1:8000/, reloading on edits
 	$(BIN)/mkdocs serve --dirty
