@@ -8,16 +8,30 @@ from pathlib import Path  # noqa: E402
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
-from sitebuild import build  # noqa: E402
-from sitetools import REPO  # noqa: E402
+from sitebuild import start_shared_build, wait_for_shared_build  # noqa: E402
 
 jax.config.update("jax_num_cpu_devices", 8)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that read the built site go last, so that it builds beside the others."""
+    items.sort(key=lambda item: "site" in item.fixturenames)
+
+
+def shared_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder that every test process of this run shares (pytest-xdist's workers too)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _start_site_build(request, tmp_path_factory) -> None:
+    """Start the one site build early, if any test of this run reads the site."""
+    if any("site" in item.fixturenames for item in request.session.items):
+        start_shared_build(shared_root(tmp_path_factory) / "shared")
+
+
 @pytest.fixture(scope="session")
 def site(tmp_path_factory) -> Path:
-    """The whole site, every language, built once (strict) for the tests that read it."""
-    site_dir = tmp_path_factory.mktemp("built") / "site"
-    result = build(REPO, site_dir)
-    assert result.returncode == 0, f"the strict build failed:\n{result.stdout}\n{result.stderr}"
-    return site_dir
+    """The whole site, every language, built once (strict) for all the tests that read it."""
+    return wait_for_shared_build(shared_root(tmp_path_factory) / "shared")

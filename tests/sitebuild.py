@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -24,6 +26,65 @@ def build(project: Path, site_dir: Path) -> subprocess.CompletedProcess:
         env=env,
         timeout=300,
     )
+
+
+def start_shared_build(root: Path) -> None:
+    """Start building the whole site into ``root/site`` in the background, once.
+
+    Every test process asks at start-up; the first one starts the build, and it runs
+    beside the first tests instead of holding up the ones that read the site.
+    """
+    try:
+        (root / "site-build").mkdir(parents=True)
+    except FileExistsError:
+        return
+    with (root / "site-build" / "log").open("w") as log:
+        builder = subprocess.Popen(
+            [sys.executable, __file__, str(root)],
+            cwd=REPO,
+            env=os.environ | {"PYTHONPATH": str(REPO / "tools")},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    (root / "site-build" / "pid").write_text(str(builder.pid))
+
+
+def wait_for_shared_build(root: Path, timeout: float = 300) -> Path:
+    """The site that :func:`start_shared_build` builds, once it is done (or fail, saying why)."""
+    state = root / "site-build"
+    result = state / "result.json"
+    deadline = time.monotonic() + timeout
+    while not result.exists():
+        stopped = not _running(state / "pid") and not result.exists()
+        if stopped or time.monotonic() > deadline:
+            log = (state / "log").read_text(encoding="utf-8", errors="replace")
+            raise AssertionError(f"the shared site build in {root} gave no result:\n{log}")
+        time.sleep(0.2)
+    outcome = json.loads(result.read_text(encoding="utf-8"))
+    assert outcome["returncode"] == 0, f"the strict build failed:\n{outcome['output']}"
+    return root / "site"
+
+
+def _running(pid_file: Path) -> bool:
+    if not pid_file.exists():  # the build is being started
+        return True
+    try:
+        os.kill(int(pid_file.read_text()), 0)
+    except ValueError:  # the pid is being written
+        return True
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _build_and_record(root: Path) -> None:
+    done = build(REPO, root / "site")
+    partial = root / "site-build" / "result.partial"
+    partial.write_text(
+        json.dumps({"returncode": done.returncode, "output": done.stdout + done.stderr}),
+        encoding="utf-8",
+    )
+    partial.replace(root / "site-build" / "result.json")
 
 
 # What a small copy keeps: enough to build every language in a few seconds.
@@ -53,3 +114,7 @@ def copy_project(target: Path) -> Path:
     config["nav"] = list(SMALL_PAGES)
     (target / "mkdocs.yml").write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
     return target
+
+
+if __name__ == "__main__":
+    _build_and_record(Path(sys.argv[1]))

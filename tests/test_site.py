@@ -17,8 +17,6 @@ from sitetools.i18n import load_languages
 from sitetools.notebooks import NOTEBOOK_ROOT
 from sitetools.snippets import discover, output_path, parse_cells, read_sections
 
-pytestmark = pytest.mark.xdist_group("site")
-
 LANGUAGES = load_languages()
 OTHERS = [code for code in LANGUAGES if code != "en"]
 HAN = re.compile(r"[\u4e00-\u9fff]")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,6 +146,10 @@ def _write_notebook(snippet: Path, *stamp: int) -> NotebookPage:
     target = NOTEBOOK_ROOT / src_uri
     text = nbformat.writes(notebook_for(snippet)) + "\n"
     if not target.exists() or target.read_text(encoding="utf-8") != text:
+        # Atomically: a build running beside this one (the tests run several) never reads
+        # half a notebook.
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
+        partial = target.with_name(f".{target.name}.{os.getpid()}")
+        partial.write_text(text, encoding="utf-8")
+        partial.replace(target)
     return NotebookPage(snippet, src_uri, title_of(snippet))

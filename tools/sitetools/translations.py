@@ -11,9 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
-from sitetools import REPO
+from sitetools import REPO, mkdocs_settings
 from sitetools.i18n import SOURCE_LANGUAGE, Language, load_languages, nav_titles
 from sitetools.includes import INCLUDE_LINE, find_includes
 
@@ -103,9 +101,7 @@ def problems(language: Language) -> list[str]:
             found.append(
                 f"docs/languages.yml: '{language.code}' lists pending page {pending}, which is not an English page"
             )
-    nav = yaml.load((REPO / "mkdocs.yml").read_text(encoding="utf-8"), Loader=_IgnoreTags).get(
-        "nav"
-    )
+    nav = mkdocs_settings().get("nav")
     for title in sorted((nav_titles(nav) | {"Notebooks"}) - set(language.nav)):
         found.append(
             f"docs/languages.yml: '{language.code}' has no translation of the nav section '{title}'"
@@ -130,10 +126,3 @@ def missing_heading_ids(path: Path) -> list[str]:
 
 def other_languages() -> list[Language]:
     return [lang for code, lang in load_languages().items() if code != SOURCE_LANGUAGE]
-
-
-class _IgnoreTags(yaml.SafeLoader):
-    """Reads mkdocs.yml, whose !ENV and !!python tags do not matter here."""
-
-
-_IgnoreTags.add_multi_constructor("", lambda loader, suffix, node: None)
