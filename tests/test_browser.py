@@ -1,7 +1,8 @@
 """The built site in a real browser: headless Chromium (Debian's), driven by Playwright.
 
 Every language: pages load without console errors, the language switcher keeps the page,
-search finds pages in that language only, code copy buttons copy the snippet, notebook
+search finds pages in that language only, code copy buttons copy the snippet, Mermaid
+diagrams and KaTeX math render, notebook
 downloads are valid, unknown URLs get the 404 page, and axe-core finds no serious or
 critical accessibility violation. Chromium comes from the system (`.ci/run` installs it);
 without it these tests skip with instructions, except under CI=true, where they fail.
@@ -177,6 +178,64 @@ def test_copy_button_copies_exactly_the_snippet(page, base_url):
     assert copied.strip() == section.strip()
 
 
+# Material draws each diagram into a closed shadow root; opened here so the tests can read it.
+OPEN_SHADOW_ROOTS = """
+const attachShadow = Element.prototype.attachShadow;
+Element.prototype.attachShadow = function (init) {
+    return attachShadow.call(this, { ...init, mode: "open" });
+};
+"""
+
+
+def rendered_pages(site: Path) -> list[str]:
+    """Every page, in every language, with a Mermaid diagram or math."""
+    return sorted(
+        path.relative_to(site).parent.as_posix() + "/"
+        for path in site.rglob("index.html")
+        if 'class="mermaid"' in (text := path.read_text(encoding="utf-8"))
+        or 'class="arithmatex"' in text
+    )
+
+
+def wait_for_rendering(page, site: Path, url: str) -> tuple[int, int]:
+    """Wait until every diagram of the page is drawn and all its math typeset."""
+    html = (site / url / "index.html").read_text(encoding="utf-8")
+    counts = html.count('class="mermaid"'), html.count('class="arithmatex"')
+    page.wait_for_function(
+        """([diagrams, formulas]) =>
+            document.querySelectorAll("div.mermaid").length === diagrams
+            && document.querySelectorAll(".arithmatex .katex").length === formulas""",
+        arg=counts,
+    )
+    return counts
+
+
+def test_diagrams_and_math_render_on_every_page_that_has_them(page, base_url, site):
+    page.add_init_script(OPEN_SHADOW_ROOTS)
+    urls = rendered_pages(site)
+    assert {prefix(code) + TUTORIAL for code in LANGUAGES} <= set(urls)
+    for url in urls:
+        page.goto(base_url + url)
+        diagrams, formulas = wait_for_rendering(page, site, url)
+        drawn = page.eval_on_selector_all(
+            "div.mermaid", "els => els.map(e => e.shadowRoot.querySelector('svg g') !== null)"
+        )
+        assert drawn == [True] * diagrams, url
+        assert page.locator(".katex-error").count() == 0, url
+        assert page.errors == [], url
+
+
+def test_diagram_labels_are_in_the_page_language(page, base_url, site):
+    page.add_init_script(OPEN_SHADOW_ROOTS)
+    labels = {}
+    for code in LANGUAGES:
+        page.goto(base_url + prefix(code) + TUTORIAL)
+        wait_for_rendering(page, site, prefix(code) + TUTORIAL)
+        labels[code] = page.eval_on_selector("div.mermaid", "e => e.shadowRoot.textContent")
+        assert "pmean" in labels[code]
+    assert len(set(labels.values())) == len(LANGUAGES), labels
+
+
 @pytest.mark.parametrize("code", LANGUAGES)
 def test_notebook_download_is_a_valid_notebook(page, base_url, code):
     page.goto(base_url + prefix(code) + PAGE_TYPES["notebook"])
@@ -195,11 +254,12 @@ def test_unknown_url_shows_the_404_page(page, base_url, code):
 
 @pytest.mark.parametrize("code", LANGUAGES)
 @pytest.mark.parametrize("kind", sorted(PAGE_TYPES))
-def test_page_loads_cleanly_and_accessibly(page, base_url, code, kind):
+def test_page_loads_cleanly_and_accessibly(page, base_url, site, code, kind):
     """No console error, the right <html lang>, no serious or critical axe-core violation."""
     from axe_playwright_python.sync_playwright import Axe
 
     page.goto(base_url + prefix(code) + PAGE_TYPES[kind], wait_until="load")
+    wait_for_rendering(page, site, prefix(code) + PAGE_TYPES[kind])  # diagrams are checked too
     assert page.evaluate("document.documentElement.lang") == code
     results = Axe().run(page)
     serious = [v for v in results.response["violations"] if v["impact"] in ("serious", "critical")]

@@ -2,7 +2,7 @@
 
 A translated page must show the same things as its English original: the same heading
 ids in the same order, the same includes, the same code blocks and the same links. Only
-prose is translated.
+prose, and the labels of Mermaid diagrams, are translated.
 """
 
 from __future__ import annotations
@@ -43,7 +43,9 @@ def shape_of(markdown: str) -> PageShape:
             continue
         if block is not None:
             if line.strip() == fence:
-                if not all(INCLUDE_LINE.match(x) for x in block[1:] if x.strip()):
+                if block[0].strip() == "mermaid":  # a diagram: its labels are translated
+                    code_blocks.append(block[0])
+                elif not all(INCLUDE_LINE.match(x) for x in block[1:] if x.strip()):
                     code_blocks.append("\n".join(block))
                 block = None
             else:

@@ -1,0 +1,35 @@
+"""Mermaid and KaTeX ship in the repository, unchanged since `make vendor` wrote them."""
+
+import json
+
+from sitetools.vendor import MANIFEST, PACKAGES, VENDOR_DIR, sha256_of
+
+
+def test_vendored_files_are_what_make_vendor_wrote():
+    manifest = json.loads(MANIFEST.read_text(encoding="utf-8"))
+    assert manifest["packages"] == {p.name: p.version for p in PACKAGES}, (
+        "tools/sitetools/vendor.py names other versions than overrides/assets/vendor/: "
+        "run `make vendor` and commit what it writes"
+    )
+    on_disk = {
+        path.relative_to(VENDOR_DIR).as_posix(): sha256_of(path)
+        for path in VENDOR_DIR.rglob("*")
+        if path.is_file() and path != MANIFEST
+    }
+    assert on_disk == manifest["files"], (
+        "vendored files differ from manifest.json: run `make vendor`"
+    )
+
+
+def test_pages_with_diagrams_or_math_load_them_from_the_site(site):
+    page = (site / "data-parallel" / "first-example" / "index.html").read_text(encoding="utf-8")
+    for script in (
+        "mermaid/mermaid.min.js",
+        "katex/katex.min.js",
+        "katex/contrib/auto-render.min.js",
+    ):
+        assert f'src="../../assets/vendor/{script}"' in page
+    plain = (site / "glossary" / "index.html").read_text(encoding="utf-8")
+    assert "assets/vendor/" not in plain  # only the pages that need them pay for them
+    for html in (page, plain):
+        assert '<script src="http' not in html and '<link rel="stylesheet" href="http' not in html
