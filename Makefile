@@ -16,7 +16,7 @@ export NO_MKDOCS_2_WARNING := 1
 export UV_PYTHON_DOWNLOADS := never
 export PYTHONPATH := tools
 
-.PHONY: help serve build test test-browser test-latest outputs vendor lock check-python clean
+.PHONY: help serve build test test-browser links test-latest outputs vendor lock check-python clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -32,6 +32,9 @@ test: $(VENV)/.installed ## every check that CI runs
 
 test-browser: $(VENV)/.installed ## the built site in headless Chromium (needs Debian's chromium)
 	$(BIN)/pytest -m browser -n 0
+
+links: build ## check every internal link and anchor of the built site, all languages
+	$(BIN)/python -m sitetools.links site
 
 test-latest: check-python ## the same tests against the newest releases instead of uv.lock
 	$(PYTHON) -m venv .venv-latest
