@@ -35,3 +35,14 @@ def _start_site_build(request, tmp_path_factory) -> None:
 def site(tmp_path_factory) -> Path:
     """The whole site, every language, built once (strict) for all the tests that read it."""
     return wait_for_shared_build(shared_root(tmp_path_factory) / "shared")
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Warn about pages that readers see in English or in an out-of-date translation."""
+    from sitetools.status import warnings
+
+    lines = warnings()
+    if lines:
+        terminalreporter.write_sep("=", f"translation status: {len(lines)} warnings", yellow=True)
+        for line in lines:
+            terminalreporter.write_line(f"WARNING {line}", yellow=True)

@@ -1,13 +1,14 @@
 """MkDocs hooks of the site: languages, English fallbacks, snippet notebooks, fast serving.
 
-Each part lives in a module of tools/sitetools/: i18n, notebooks, includes, serving, templates.
+Each part lives in a module of tools/sitetools/: i18n, notebooks, includes, serving, status,
+templates.
 """
 
 from __future__ import annotations
 
 from mkdocs.exceptions import PluginError
 from mkdocs.plugins import event_priority
-from sitetools import i18n, includes, notebooks, serving, templates
+from sitetools import i18n, includes, notebooks, serving, status, templates
 
 
 def on_startup(command: str, dirty: bool) -> None:
@@ -54,8 +55,10 @@ def on_page_markdown(markdown, page, config, files):
     )
     if problems:
         raise PluginError("\n".join(problems))
+    language = i18n.language_of(config)
+    markdown = markdown.replace(status.MARKER, status.status_table(language))
     if getattr(page.file, "fallback", False):
-        return i18n.add_notice(markdown, i18n.language_of(config))
+        return i18n.add_notice(markdown, language)
     return markdown
 
 
