@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import yaml
 from sitetools import REPO
 
 
@@ -110,9 +110,11 @@ def copy_project(target: Path) -> Path:
         snippet = Path("snippets") / f"{SMALL_SNIPPET}{suffix}"
         (target / snippet).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / snippet, target / snippet)
-    config = yaml.safe_load((REPO / "mkdocs.yml").read_text(encoding="utf-8"))
-    config["nav"] = list(SMALL_PAGES)
-    (target / "mkdocs.yml").write_text(yaml.safe_dump(config, allow_unicode=True), encoding="utf-8")
+    # The same settings with a smaller nav (edited as text: mkdocs.yml has !!python tags).
+    config = (REPO / "mkdocs.yml").read_text(encoding="utf-8")
+    nav = re.search(r"^nav:\n(?:[ #].*\n|\n)*", config, flags=re.MULTILINE)
+    small_nav = "nav:\n" + "".join(f"  - {page}\n" for page in SMALL_PAGES)
+    (target / "mkdocs.yml").write_text(config.replace(nav[0], small_nav), encoding="utf-8")
     return target
 
 

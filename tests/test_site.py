@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from html import unescape
@@ -47,6 +48,7 @@ class Html(HTMLParser):
             self.heading_ids.append(attributes["id"])
 
 
+@functools.cache  # parsed once per test process
 def pages(site: Path, code: str) -> dict[str, Html]:
     """Every HTML page of one language, by its URL relative to that language's root."""
     root = language_root(site, code)
@@ -185,7 +187,9 @@ def test_missing_page_falls_back_to_english_with_a_notice(tmp_path):
     (project / "docs" / "en" / "extra.md").write_text(extra, encoding="utf-8")
     config = project / "mkdocs.yml"
     config.write_text(
-        config.read_text(encoding="utf-8").replace("- glossary.md\n", "- glossary.md\n- extra.md\n")
+        config.read_text(encoding="utf-8").replace(
+            "  - glossary.md\n", "  - glossary.md\n  - extra.md\n"
+        )
     )
     result = build(project, tmp_path / "site")
     assert result.returncode == 0, result.stderr
