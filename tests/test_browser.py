@@ -44,6 +44,8 @@ PAGE_TYPES = {
     "tutorial": TUTORIAL,
     "notebook": "notebooks/data_parallel/linear_regression/",
     "api": "api/jaxpar/",
+    "status": "translation-status/",
+    "404": "no/such/page/",
 }
 SITE_URL = mkdocs_settings()["site_url"]
 SEARCH_INDEX = "**/search/search_index.json"
@@ -84,16 +86,22 @@ def base_url(site) -> Iterator[str]:
     server.shutdown()
 
 
+def require_chromium(path: str) -> None:
+    """Skip, saying how to install Chromium, when it is missing; under CI=true, fail."""
+    if Path(path).exists():
+        return
+    message = (
+        f"Chromium not found at {path}. Install Debian's package (sudo apt-get install "
+        f"chromium) or set CHROMIUM=/path/to/chromium; .ci/run installs it in CI."
+    )
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
 @pytest.fixture(scope="module")
 def browser():
-    if not Path(CHROMIUM).exists():
-        message = (
-            f"Chromium not found at {CHROMIUM}. Install Debian's package (sudo apt-get install "
-            f"chromium) or set CHROMIUM=/path/to/chromium; .ci/run installs it in CI."
-        )
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    require_chromium(CHROMIUM)
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
@@ -210,7 +218,8 @@ def rendered_pages(site: Path) -> list[str]:
 
 def wait_for_rendering(page, site: Path, url: str) -> tuple[int, int]:
     """Wait until every diagram of the page is drawn and all its math typeset."""
-    html = (site / url / "index.html").read_text(encoding="utf-8")
+    page_file = site / url / "index.html"
+    html = page_file.read_text(encoding="utf-8") if page_file.exists() else ""
     counts = html.count('class="mermaid"'), html.count('class="arithmatex"')
     page.wait_for_function(
         """([diagrams, formulas]) =>
@@ -276,3 +285,14 @@ def test_page_loads_cleanly_and_accessibly(page, base_url, site, code, kind):
     # mkdocs-jupyter loads MathJax from a CDN on notebook pages; the tests block the
     # internet, and no notebook here has math, so that one failure is not the site's.
     assert [e for e in page.errors if not e.startswith("mkdocs-jupyter: MathJax")] == []
+
+
+@pytest.mark.parametrize(
+    "ci, outcome", [("true", pytest.fail.Exception), ("", pytest.skip.Exception)]
+)
+def test_missing_chromium_says_how_to_install_it(monkeypatch, ci, outcome):
+    monkeypatch.setenv("CI", ci)
+    with pytest.raises(
+        outcome, match=r"Chromium not found at /nowhere/chromium\. Install Debian's"
+    ):
+        require_chromium("/nowhere/chromium")
