@@ -47,6 +47,12 @@ def test_english_changed_after_the_translation_is_out_of_date(repo):
     assert changes["docs/en/a.md"].date == "2023-11-15"
 
 
+def test_an_english_change_marked_unaffected_leaves_translations_up_to_date(repo):
+    changes = last_changes(repo)
+    assert changes["docs/en/b.md"].date == "2023-11-14"  # the commit before the typo fix
+    assert compare(changes["docs/en/b.md"], changes["docs/zh/b.md"]) is State.TRANSLATED
+
+
 def test_uncommitted_edits_count_as_now(repo):
     (repo / "docs/zh/a.md").write_text("# A, translated again\n", encoding="utf-8")
     changes = last_changes.__wrapped__(repo)

@@ -2,8 +2,9 @@
 
 A translation is out of date when its English page changed after it: the last commit that
 touched ``docs/en/<page>`` is newer than the last one that touched ``docs/<code>/<page>``
-(uncommitted edits count as now). Updating the translation, or committing it unchanged
-after checking it, brings it up to date. The site's "Translation status" page shows the
+(uncommitted edits count as now). Updating the translation brings it up to date; an
+English change that needs no translation says so in its commit message, with the trailer
+``Translations: unaffected``. The site's "Translation status" page shows the
 result, and ``make test`` prints a warning for each page that is not translated.
 """
 
@@ -21,6 +22,9 @@ from sitetools.i18n import SOURCE_LANGUAGE, Language, load_languages
 from sitetools.translations import HEADING, english_pages
 
 MARKER = "<!-- translation-status -->"
+# A commit whose message ends with "Translations: unaffected" changes English pages in a
+# way the translations need not follow (a typo, a stray line): it leaves them up to date.
+TRAILER = "Translations"
 
 
 class State(Enum):
@@ -145,15 +149,18 @@ def has_history(repo: Path = REPO) -> bool:
 def last_changes(repo: Path = REPO) -> dict[str, Change]:
     """The last change of every file under docs/, by path from the repository root."""
     history = has_history(repo)
-    log = _git(repo, "log", "--format=@%H %ct", "--name-only", "--", "docs") if history else None
+    log_format = f"--format=@%H %ct %(trailers:key={TRAILER},valueonly,separator=%x2C)"
+    log = _git(repo, "log", log_format, "--name-only", "--", "docs") if history else None
     changes: dict[str, Change] = {}
-    commit = None
+    commit, unaffected = None, False
     for line in (log or "").splitlines():
         if line.startswith("@"):
-            sha, time = line[1:].split()
+            sha, time, *trailer = line[1:].split(" ", 2)
             commit = Change(float(time), sha)
+            unaffected = "unaffected" in "".join(trailer).lower()
         elif line and commit is not None:
-            changes.setdefault(line, commit)
+            if not (unaffected and line.startswith(f"docs/{SOURCE_LANGUAGE}/")):
+                changes.setdefault(line, commit)
     now = datetime.datetime.now(datetime.UTC).timestamp()
     for line in (_git(repo, "status", "--porcelain", "--", "docs") or "").splitlines():
         changes[line[3:].strip()] = Change(now, None)
