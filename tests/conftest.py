@@ -14,8 +14,13 @@ jax.config.update("jax_num_cpu_devices", 8)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that read the built site go last, so that it builds beside the others."""
-    items.sort(key=lambda item: "site" in item.fixturenames)
+    """The snippet runs, the longest tests, go first; those that read the built site last,
+    so that it builds beside the others."""
+
+    def order(item: pytest.Item) -> tuple[bool, bool]:
+        return "site" in item.fixturenames, "test_snippet_output_matches" not in item.name
+
+    items.sort(key=order)
 
 
 def shared_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
