@@ -173,3 +173,18 @@ def test_replicate_puts_a_full_copy_everywhere():
     tree = replicate({"w": np.ones((3, 2)), "b": np.zeros(2)}, mesh)
     assert tree["w"].sharding.is_fully_replicated
     assert all(shard.data.shape == (3, 2) for shard in tree["w"].addressable_shards)
+
+
+def test_every_public_name_loads_and_the_launcher_needs_no_jax():
+    import jaxpar
+
+    assert sorted(jaxpar.__all__) == sorted(jaxpar._MODULE_OF)
+    for name in jaxpar.__all__:
+        assert getattr(jaxpar, name) is not None
+    with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
+        jaxpar.nothing  # noqa: B018
+    script = "import sys, jaxpar.launch; print('jax' in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == "False"

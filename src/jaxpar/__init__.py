@@ -6,21 +6,66 @@ errors that say what to do, drawing shardings as SVG, timing JAX code honestly, 
 real MNIST, checked and cached, for readers who have the network.
 """
 
-from jaxpar.batching import ShardedBatch, UnevenBatchError, replicate, shard_batch, split_batch
-from jaxpar.data import (
-    MNIST,
-    MNIST_SHA256,
-    MNIST_URL,
-    ChecksumMismatchError,
-    DatasetUnavailableError,
-    load_mnist,
-    parse_idx,
-)
-from jaxpar.devices import DevicesAlreadyInitializedError, simulate_cpu_devices
-from jaxpar.diagrams import Block, Layout, ShardingDiagram, layout, sharding_diagram, sharding_svg
-from jaxpar.distributed import NotLaunchedError, initialize_distributed
-from jaxpar.meshes import check_spec, make_mesh, named_sharding
-from jaxpar.timing import Timing, benchmark
+# Names load on first use, so that `python -m jaxpar.launch` starts without importing JAX
+# (its ranks import it themselves). Type checkers and the API reference read the imports below.
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from jaxpar.batching import ShardedBatch, UnevenBatchError, replicate, shard_batch, split_batch
+    from jaxpar.data import (
+        MNIST,
+        MNIST_SHA256,
+        MNIST_URL,
+        ChecksumMismatchError,
+        DatasetUnavailableError,
+        load_mnist,
+        parse_idx,
+    )
+    from jaxpar.devices import DevicesAlreadyInitializedError, simulate_cpu_devices
+    from jaxpar.diagrams import (
+        Block,
+        Layout,
+        ShardingDiagram,
+        layout,
+        sharding_diagram,
+        sharding_svg,
+    )
+    from jaxpar.distributed import NotLaunchedError, initialize_distributed
+    from jaxpar.meshes import check_spec, make_mesh, named_sharding
+    from jaxpar.timing import Timing, benchmark
+
+_MODULE_OF = {
+    "ShardedBatch": "jaxpar.batching",
+    "UnevenBatchError": "jaxpar.batching",
+    "replicate": "jaxpar.batching",
+    "shard_batch": "jaxpar.batching",
+    "split_batch": "jaxpar.batching",
+    "MNIST": "jaxpar.data",
+    "MNIST_SHA256": "jaxpar.data",
+    "MNIST_URL": "jaxpar.data",
+    "ChecksumMismatchError": "jaxpar.data",
+    "DatasetUnavailableError": "jaxpar.data",
+    "load_mnist": "jaxpar.data",
+    "parse_idx": "jaxpar.data",
+    "DevicesAlreadyInitializedError": "jaxpar.devices",
+    "simulate_cpu_devices": "jaxpar.devices",
+    "Block": "jaxpar.diagrams",
+    "Layout": "jaxpar.diagrams",
+    "ShardingDiagram": "jaxpar.diagrams",
+    "layout": "jaxpar.diagrams",
+    "sharding_diagram": "jaxpar.diagrams",
+    "sharding_svg": "jaxpar.diagrams",
+    "NotLaunchedError": "jaxpar.distributed",
+    "initialize_distributed": "jaxpar.distributed",
+    "check_spec": "jaxpar.meshes",
+    "make_mesh": "jaxpar.meshes",
+    "named_sharding": "jaxpar.meshes",
+    "Timing": "jaxpar.timing",
+    "benchmark": "jaxpar.timing",
+}
 
 __all__ = [
     "Block",
@@ -51,3 +96,15 @@ __all__ = [
     "simulate_cpu_devices",
     "split_batch",
 ]
+
+
+def __getattr__(name: str) -> object:
+    if name not in _MODULE_OF:
+        raise AttributeError(f"module 'jaxpar' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_MODULE_OF[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
