@@ -6,7 +6,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from sitetools.snippets import SnippetError, parse_cells, read_sections, run, section
+from sitetools.snippets import (
+    SnippetError,
+    output_of_process_zero,
+    parse_cells,
+    read_sections,
+    run,
+    section,
+)
 
 
 def write(tmp_path: Path, source: str) -> Path:
@@ -54,3 +61,15 @@ def test_failing_snippet_reports_its_traceback_with_real_lines(tmp_path):
     assert f'File "{path}", line 4' in result.stderr
     assert "ValueError: broken on purpose" in result.stderr
     assert result.stdout == section("preamble", "ok\n")
+
+
+def test_process_zero_keeps_its_sections_and_drops_what_gloo_wrote_around_them():
+    launcher_output = (
+        "[rank 1] # --8<-- [start:a]\n[rank 1] from rank 1\n[rank 1] # --8<-- [end:a]\n"
+        "[rank 0] [Gloo] Rank 0 is connected to 1 peer ranks. Expected number of connected"
+        " peer ranks is : 1\n[rank 0] \n"  # Gloo's line break, written on its own
+        "[rank 0] # --8<-- [start:a]\n[rank 0] one\n[rank 0] \n[rank 0] two\n"
+        "[rank 0] [Gloo] Rank 0 is connected to 1 peer ranks\n[rank 0] # --8<-- [end:a]\n"
+        "[launch] all ranks finished\n"
+    )
+    assert output_of_process_zero(launcher_output) == section("a", "one\n\ntwo\n")

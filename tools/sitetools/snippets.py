@@ -205,13 +205,22 @@ def run(snippet: Path, timeout: float = 300) -> RunResult:
 
 
 def output_of_process_zero(launcher_output: str) -> str:
-    """Process 0's lines of the launcher's output, without their prefix or Gloo's log lines."""
+    """Process 0's recorded sections in the launcher's output: its lines without their
+    prefix, and without what native libraries wrote around them (Gloo's log lines, or a
+    line break of one that landed on its own)."""
     prefix = "[rank 0] "
-    return "".join(
-        line[len(prefix) :]
-        for line in launcher_output.splitlines(keepends=True)
-        if line.startswith(prefix) and not GLOO_LOG.search(line)
-    )
+    kept, inside = [], False
+    for line in launcher_output.splitlines(keepends=True):
+        if not line.startswith(prefix) or GLOO_LOG.search(line):
+            continue
+        line = line[len(prefix) :]
+        if line.startswith("# --8<-- [start:"):
+            inside = True
+        if inside:
+            kept.append(line)
+        if line.startswith("# --8<-- [end:"):
+            inside = False
+    return "".join(kept)
 
 
 def record(snippets: list[Path]) -> int:
