@@ -30,7 +30,7 @@ build: $(VENV)/.installed ## the whole site, every language, into site/ (strict)
 test: $(VENV)/.installed ## every check that CI runs
 	$(BIN)/pytest
 
-test-browser: $(VENV)/.installed ## the built site in headless Chromium (needs Debian's chromium)
+test-browser: $(VENV)/.installed ## only the browser tests (headless Chromium; make test runs them too)
 	$(BIN)/pytest -m browser -n 0
 
 links: build ## check every internal link and anchor of the built site, all languages
