@@ -1,7 +1,10 @@
 """Mermaid and KaTeX ship in the repository, unchanged since `make vendor` wrote them."""
 
+import io
 import json
 
+import pytest
+from sitetools import vendor
 from sitetools.vendor import MANIFEST, PACKAGES, VENDOR_DIR, sha256_of
 
 
@@ -33,3 +36,9 @@ def test_pages_with_diagrams_or_math_load_them_from_the_site(site):
     assert "assets/vendor/" not in plain  # only the pages that need them pay for them
     for html in (page, plain):
         assert '<script src="http' not in html and '<link rel="stylesheet" href="http' not in html
+
+
+def test_a_download_that_does_not_match_its_integrity_is_refused(monkeypatch):
+    monkeypatch.setattr(vendor.urllib.request, "urlopen", lambda url, timeout: io.BytesIO(b"x"))
+    with pytest.raises(SystemExit, match=r"has integrity sha512-.*but vendor.py records"):
+        vendor.fetch(PACKAGES[0])

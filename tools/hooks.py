@@ -50,13 +50,12 @@ def on_env(env, config, files):
 
 
 def on_page_markdown(markdown, page, config, files):
-    problems = includes.check_includes(
-        markdown, f"docs/{i18n.language_of(config).code}/{page.file.src_uri}"
-    )
+    language = i18n.language_of(config)
+    problems = includes.check_includes(markdown, f"docs/{language.code}/{page.file.src_uri}")
     if problems:
         raise PluginError("\n".join(problems))
-    language = i18n.language_of(config)
-    markdown = markdown.replace(status.MARKER, status.status_table(language))
+    if status.MARKER in markdown:  # only the translation status page
+        markdown = markdown.replace(status.MARKER, status.status_table(language))
     if getattr(page.file, "fallback", False):
         return i18n.add_notice(markdown, language)
     return markdown
