@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
+from mkdocs.structure.files import File
+
 from sitetools import REPO
 from sitetools.i18n import SOURCE_LANGUAGE, Language, load_languages
 from sitetools.translations import HEADING, english_pages
@@ -87,7 +89,7 @@ def warnings() -> list[str]:
                 lines.append(f"docs/{code}/{status.page}: not translated, shown in English")
             elif status.state is State.OUTDATED:
                 lines.append(
-                    f"docs/{code}/{status.page}: out of date: docs/en/{status.page} changed "
+                    f"docs/{code}/{status.page}: out of date: docs/{SOURCE_LANGUAGE}/{status.page} changed "
                     f"{status.english} after the translation {status.translation}"
                 )
     return lines
@@ -133,10 +135,8 @@ def title_of(language: Language, page: str) -> str:
 
 
 def _url(page: str) -> str:
-    path = Path(page).with_suffix("")
-    if path.name == "index":
-        path = path.parent
-    return "" if path == Path(".") else f"{path.as_posix()}/"
+    """The page's address relative to its language's root, as MkDocs gives it."""
+    return File(page, None, "", use_directory_urls=True).url.removeprefix("./")
 
 
 @functools.cache
