@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -203,8 +204,10 @@ def test_two_processes_form_one_eight_device_system(tmp_path):
     )
     result = launch("--nproc", "2", "--devices-per-process", "4", "--timeout", "120", str(job))
     assert result.returncode == 0, result.stdout + result.stderr
-    # Gloo, the CPU collectives library, logs its connections to standard output.
-    outputs = sorted(line for line in result.stdout.splitlines() if "peer ranks" not in line)
+    # Gloo, the CPU collectives library, logs its connections to standard output, from
+    # several threads at once, so that a log line sometimes arrives in pieces.
+    printed = re.compile(r"^\[rank \d\] \d+ \d+ \d+ [\d.]+$")
+    outputs = sorted(line for line in result.stdout.splitlines() if printed.match(line))
     assert outputs == ["[rank 0] 2 8 4 28.0", "[rank 1] 2 8 4 28.0"]
 
 
@@ -226,3 +229,14 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def test_initialize_refuses_what_the_launcher_sets(monkeypatch):
+    from jaxpar.distributed import initialize_distributed
+
+    monkeypatch.setenv("JAXPAR_COORDINATOR", "127.0.0.1:1")
+    with pytest.raises(TypeError) as caught:
+        initialize_distributed(process_id=3, heartbeat_timeout_seconds=5)
+    message = str(caught.value)
+    assert "process_id" in message and "python -m jaxpar.launch sets" in message
+    assert "leave it out" in message

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import jax
 
@@ -18,27 +19,48 @@ def launched() -> bool:
     return ENV_COORDINATOR in os.environ
 
 
-def initialize_distributed() -> None:
+# What the launcher decides for each process; a script cannot also pass them.
+LAUNCHER_SETTINGS = ("coordinator_address", "num_processes", "process_id")
+
+
+def initialize_distributed(**options: Any) -> None:
     """Call ``jax.distributed.initialize`` with the settings the launcher passed.
 
     Under ``python -m jaxpar.launch`` it connects to the other local processes. On a cluster
     (TPU pod slices, SLURM, Open MPI), where the launcher is not used, it calls
     ``jax.distributed.initialize()`` with no arguments, which finds its settings itself.
-    Call it before anything else touches a device.
+    Call it before anything else touches a device. It changes nothing else: how a failing
+    rank ends the run is the launcher's business, so the same script keeps JAX's own
+    behaviour on a cluster.
+
+    Args:
+        **options: passed on to ``jax.distributed.initialize``, for example
+            ``heartbeat_timeout_seconds=`` (how long the others wait for a rank that died,
+            100 s by default) or ``shutdown_timeout_seconds=`` (how long a finished rank
+            waits for the others at exit, 300 s by default).
 
     Raises:
         NotLaunchedError: neither the launcher nor a cluster environment provided settings.
+        TypeError: under the launcher, an option the launcher sets itself.
     """
     if launched():
+        taken = sorted(set(options) & set(LAUNCHER_SETTINGS))
+        if taken:
+            raise TypeError(
+                f"initialize_distributed() got {', '.join(taken)}, which python -m "
+                f"jaxpar.launch sets for each process; leave {'it' if len(taken) == 1 else 'them'} "
+                f"out (use --nproc and --port to change them)."
+            )
+        options.setdefault("initialization_timeout", int(os.environ.get(ENV_INIT_TIMEOUT, "60")))
         jax.distributed.initialize(
             coordinator_address=os.environ[ENV_COORDINATOR],
             num_processes=int(os.environ[ENV_NUM_PROCESSES]),
             process_id=int(os.environ[ENV_PROCESS_ID]),
-            initialization_timeout=int(os.environ.get(ENV_INIT_TIMEOUT, "60")),
+            **options,
         )
         return
     try:
-        jax.distributed.initialize()
+        jax.distributed.initialize(**options)
     except (ValueError, RuntimeError) as error:
         raise NotLaunchedError(
             f"this process has no settings for jax.distributed ({error}). Start it with "

@@ -4,8 +4,15 @@ Each process gets its rank, the process count and the coordinator address (127.0
 free port) in its environment, and a chosen number of simulated CPU devices; inside the
 script, :func:`jaxpar.initialize_distributed` reads them. Every line a process prints is
 prefixed with its rank, on the launcher's standard output or error as the process wrote
-it. When one process fails, the launcher stops the others and exits
-with the failing rank's status; so it does on a timeout and on Ctrl-C. No process outlives
+it.
+
+When one rank fails (an uncaught exception, ``sys.exit(n)`` with n ≠ 0, a signal such as
+the OOM killer's SIGKILL), the launcher stops the others at once and exits with the failing
+rank's status (128 + n for signal n). Its traceback appears once; what the stopped ranks
+print as they lose their peer is dropped. This holds after ``jax.distributed`` is
+initialised too, where a plain Python exit would wait at JAX's shutdown barrier for
+minutes: each rank runs under :mod:`jaxpar._rank`, which reports the failure and leaves
+without that barrier. ``--timeout`` and Ctrl-C stop every rank too. No process outlives
 the launcher: each runs in its own process group, which is signalled as a whole.
 
 Example::
@@ -26,6 +33,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from jaxpar._rank import ENV_CONTROL_FD
 
 ENV_COORDINATOR = "JAXPAR_COORDINATOR"
 ENV_NUM_PROCESSES = "JAXPAR_NUM_PROCESSES"
@@ -94,15 +103,30 @@ def process_environment(config: LaunchConfig, rank: int, port: int) -> dict[str,
 
 
 class Launcher:
-    """Starts the processes, relays their output, and stops them all together."""
+    """Starts the processes, relays their output, and stops them all together.
+
+    Each rank runs under :mod:`jaxpar._rank`, which tells the launcher through a socket
+    that it is failing before it exits, or that it finished; a rank that dies without a
+    word closes the socket as it dies. Either way the launcher learns of a failure before
+    the other ranks can react to it, and from then on relays only the failing rank's
+    output: what the others print while they are stopped (a lost peer, a broken
+    collective, the coordination service's C++ traces) is noise. While a silent rank's
+    exit status is not known yet, the others' lines are held back, then relayed or dropped.
+    """
 
     def __init__(self, config: LaunchConfig, out=None, err=None) -> None:
         self.config = config
         self.out = out or sys.stdout
         self.err = err or sys.stderr
         self.processes: list[subprocess.Popen] = []
-        self._readers: list[threading.Thread] = []
+        self._readers: dict[int, list[threading.Thread]] = {}
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        # Failing ranks in the order the launcher learnt of them: [rank, exit status], the
+        # status None while a rank that died silently has not been reaped yet.
+        self._failures: list[list] = []
+        self._held: list[tuple[int, object, str]] = []
+        self._stopping = False
 
     def say(self, message: str) -> None:
         with self._lock:
@@ -111,73 +135,163 @@ class Launcher:
     def start(self) -> None:
         port = self.config.port if self.config.port is not None else free_port()
         for rank in range(self.config.nproc):
+            ours, theirs = socket.socketpair()
+            env = process_environment(self.config, rank, port)
+            env[ENV_CONTROL_FD] = str(theirs.fileno())
             process = subprocess.Popen(
-                [sys.executable, str(self.config.script), *self.config.args],
-                env=process_environment(self.config, rank, port),
+                [sys.executable, "-m", "jaxpar._rank", str(self.config.script), *self.config.args],
+                env=env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 stdin=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(),),
                 start_new_session=True,  # its own process group: stop() reaches its children
                 text=True,
                 bufsize=1,
             )
+            theirs.close()
             self.processes.append(process)
-            for source, target in ((process.stdout, self.out), (process.stderr, self.err)):
-                reader = threading.Thread(
-                    target=self._relay, args=(rank, source, target), daemon=True
-                )
-                reader.start()
-                self._readers.append(reader)
+            self._readers[rank] = [
+                _thread(self._relay, rank, process.stdout, self.out),
+                _thread(self._relay, rank, process.stderr, self.err),
+            ]
+            _thread(self._listen, rank, ours)
+            _thread(self._watch, rank, process)
 
     def _relay(self, rank: int, source, target) -> None:
         """Copy a process's output line by line, each line prefixed with its rank."""
         for line in source:
             with self._lock:
-                target.write(f"[rank {rank}] {line}")
-                target.flush()
+                self._show(rank, target, f"[rank {rank}] {line}")
+
+    def _show(self, rank: int, target, text: str) -> None:
+        """Write, hold back or drop a line of ``rank`` (the lock is held)."""
+        if self._failures:
+            culprit, status = self._failures[0]
+            if rank != culprit:
+                if status is None:
+                    self._held.append((rank, target, text))
+                return
+        elif self._stopping:
+            return
+        target.write(text)
+        target.flush()
+
+    def _release_held(self) -> None:
+        held, self._held = self._held, []
+        for line in held:
+            self._show(*line)
+
+    def _listen(self, rank: int, control: socket.socket) -> None:
+        """Hear a rank's report that it is failing (and answer once it is recorded) or that
+        it finished; a rank that closes the socket without a word is suspected of dying."""
+        said = False
+        with control, control.makefile("rb") as reports:
+            for report in reports:
+                said = True
+                words = report.split()
+                if words[:1] == [b"fail"]:
+                    self._record(rank, int(words[1]))
+                    try:
+                        control.sendall(b"k")
+                    except OSError:
+                        pass
+        if not said:
+            self._record(rank, None)
+
+    def _watch(self, rank: int, process: subprocess.Popen) -> None:
+        """Record a rank's exit status: a failure unless it is 0 (a signal n gives 128 + n)."""
+        code = process.wait()
+        with self._changed:
+            suspected = [f for f in self._failures if f[0] == rank and f[1] is None]
+            if code != 0 and suspected:
+                suspected[0][1] = code if code > 0 else 128 - code
+            elif code != 0 and not any(f[0] == rank for f in self._failures):
+                self._failures.append([rank, code if code > 0 else 128 - code])
+            elif suspected:  # it exited normally after all
+                self._failures.remove(suspected[0])
+            self._release_held()
+            self._changed.notify_all()
+
+    def _record(self, rank: int, status: int | None) -> None:
+        with self._changed:
+            if not any(f[0] == rank for f in self._failures):
+                self._failures.append([rank, status])
+            self._changed.notify_all()
+
+    def _failure(self) -> tuple[int, int] | None:
+        """The rank whose failure ended the run, and its status, once known."""
+        if self._failures and self._failures[0][1] is not None:
+            return tuple(self._failures[0])
+        return None
 
     def wait(self) -> int:
         """Wait for every process; the exit status the launcher should return."""
-        deadline = None if self.config.timeout is None else time.monotonic() + self.config.timeout
-        while True:
-            codes = [process.poll() for process in self.processes]
-            failed = [(rank, code) for rank, code in enumerate(codes) if code not in (None, 0)]
-            if failed:
-                rank, code = failed[0]
-                self.say(f"rank {rank} exited with status {code}; stopping the other ranks.")
-                self.stop()
-                return code if code > 0 else 128 - code
-            if all(code == 0 for code in codes):
-                self._join_readers()
-                return 0
-            if deadline is not None and time.monotonic() > deadline:
-                running = [rank for rank, code in enumerate(codes) if code is None]
-                self.say(
-                    f"timeout: ranks {running} still running after {self.config.timeout:g} s; "
-                    f"stopping them (raise --timeout if the work needs longer)."
-                )
-                self.stop()
-                return EXIT_TIMEOUT
-            time.sleep(0.05)
+        timeout = self.config.timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._changed:
+            while (failure := self._failure()) is None:
+                codes = [process.poll() for process in self.processes]
+                if all(code == 0 for code in codes):
+                    break
+                if deadline is not None and time.monotonic() >= deadline:
+                    running = [rank for rank, code in enumerate(codes) if code is None]
+                    self._stopping = True
+                    break
+                self._changed.wait(timeout=0.5)
+        if failure is not None:
+            rank, status = failure
+            self._finish(rank)  # its traceback first, then the launcher's line
+            self.say(f"rank {rank} exited with status {status}; stopping the other ranks.")
+            self.stop(grace=0)  # without their peer they can only hang or fail: no grace
+            return status
+        if self._stopping:
+            self.say(
+                f"timeout: ranks {running} still running after {timeout:g} s; stopping them "
+                f"(raise --timeout if the work needs longer)."
+            )
+            self.stop()
+            return EXIT_TIMEOUT
+        for rank in range(len(self.processes)):
+            self._finish(rank)
+        return 0
 
-    def stop(self) -> None:
-        """SIGTERM every process group still running, then SIGKILL what is left."""
-        for process in self.processes:
-            _signal_group(process, signal.SIGTERM)
-        deadline = time.monotonic() + GRACE_SECONDS
-        for process in self.processes:
-            try:
-                process.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-        for process in self.processes:
-            _signal_group(process, signal.SIGKILL)  # also children left behind by a rank
-            process.wait()
-        self._join_readers()
-
-    def _join_readers(self) -> None:
-        for reader in self._readers:
+    def _finish(self, rank: int, grace: float = GRACE_SECONDS) -> None:
+        """Wait up to ``grace`` seconds for a rank that is exiting, end it and what it left
+        behind, and relay the rest of its output."""
+        process = self.processes[rank]
+        try:
+            process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+        _signal_group(process, signal.SIGKILL)  # its children: nothing outlives the run
+        process.wait()
+        for reader in self._readers[rank]:
             reader.join(timeout=GRACE_SECONDS)
+
+    def stop(self, grace: float = GRACE_SECONDS) -> None:
+        """SIGTERM every process group still running, give them ``grace`` seconds, then
+        SIGKILL what is left (at once with ``grace=0``)."""
+        with self._lock:
+            self._stopping = True
+        if grace > 0:
+            for process in self.processes:
+                if process.poll() is None:
+                    _signal_group(process, signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            for process in self.processes:
+                try:
+                    process.wait(timeout=max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    pass
+        for rank in range(len(self.processes)):
+            self._finish(rank, grace=0)
+
+
+def _thread(target, *args) -> threading.Thread:
+    thread = threading.Thread(target=target, args=args, daemon=True)
+    thread.start()
+    return thread
 
 
 def _signal_group(process: subprocess.Popen, sig: signal.Signals) -> None:

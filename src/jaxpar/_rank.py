@@ -1,0 +1,97 @@
+"""The rank side of ``python -m jaxpar.launch``: run the script, and fail fast.
+
+The launcher starts every rank as ``python -m jaxpar._rank SCRIPT ARGS``, which runs
+``SCRIPT`` as ``__main__`` just as ``python SCRIPT ARGS`` would. What differs is how a rank
+ends. Once ``jax.distributed`` is initialised, a plain Python exit runs JAX's shutdown
+barrier, which waits for every other rank (5 minutes by default) and then aborts with C++
+stack traces: a rank whose script raised would hang the whole run. Here, a script that
+raises or exits with a non-zero status prints its traceback once, tells the launcher
+(through the socket the launcher passed, so that the launcher mutes the other ranks before
+they notice anything), and leaves at once with ``os._exit``, skipping the barrier. A script
+that succeeds says so and exits normally, through the barrier, as every rank arrives there.
+A rank that dies without a word (a signal, a crash in native code) closes the socket as it
+dies, which is how the launcher learns of it before the other ranks react.
+
+Started by hand, without the launcher's socket, it only runs the script.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import select
+import sys
+import traceback
+from pathlib import Path
+from types import TracebackType
+
+ENV_CONTROL_FD = "JAXPAR_CONTROL_FD"
+ACK_TIMEOUT = 5.0
+
+
+def exit_status(code: object) -> int:
+    """The process exit status ``sys.exit(code)`` gives; prints a message code as Python does."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def script_frames(tb: TracebackType | None, script: Path) -> TracebackType | None:
+    """The traceback from the script's first frame on, without this runner's and runpy's."""
+    rest = tb
+    while rest is not None and Path(rest.tb_frame.f_code.co_filename).resolve() != script:
+        rest = rest.tb_next
+    return rest or tb
+
+
+def tell_launcher(message: str, wait_for_answer: bool = False) -> None:
+    """Send ``message`` to the launcher, if there is one; optionally wait until it has heard.
+
+    The socket stays open until the process ends: its closing tells the launcher the rank
+    is gone.
+    """
+    fd = os.environ.get(ENV_CONTROL_FD)
+    if fd is None:
+        return
+    try:
+        os.write(int(fd), f"{message}\n".encode())
+        if wait_for_answer and select.select([int(fd)], [], [], ACK_TIMEOUT)[0]:
+            os.read(int(fd), 1)
+    except OSError:
+        pass  # the launcher is gone: carry on all the same
+
+
+def fail(status: int) -> None:
+    """Flush what the script printed, report the failure, and exit without atexit handlers."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    tell_launcher(f"fail {status}", wait_for_answer=True)
+    os._exit(status)
+
+
+def run(script: Path, args: list[str]) -> None:
+    """Run ``script`` as ``__main__`` with ``args``, as ``python script args`` would."""
+    script = script.resolve()
+    sys.argv = [str(script), *args]
+    sys.path[0] = str(script.parent)  # `-m` put the working directory there; a script has its own
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as error:
+        status = exit_status(error.code)
+        if status != 0:
+            fail(status)
+        tell_launcher("done")
+        raise
+    except BaseException as error:  # noqa: BLE001 - reported like Python's own handler
+        traceback.print_exception(
+            type(error), error, script_frames(error.__traceback__, script), file=sys.stderr
+        )
+        fail(130 if isinstance(error, KeyboardInterrupt) else 1)
+    tell_launcher("done")
+
+
+if __name__ == "__main__":
+    run(Path(sys.argv[1]), sys.argv[2:])

@@ -1,0 +1,303 @@
+"""The launcher with real ``jax.distributed`` ranks: a failing rank ends the whole run fast.
+
+Each case starts 2 ranks of 2 simulated CPU devices that join ``jax.distributed``; one of
+them fails (raises, exits with a status, or is killed as the OOM killer would) at a chosen
+moment while the other sleeps, computes or waits inside a collective. The run must end
+within seconds of the failure with that rank's status, its traceback once, one launcher
+line, nothing from the rank the launcher stopped, and no process left.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import jax
+import pytest
+
+from jaxpar.launch import EXIT_INTERRUPTED, EXIT_TIMEOUT
+
+BOUND_SECONDS = 10.0  # from the failure to the launcher's exit
+EXIT_SUCCESS_BOUND = 2.0  # from the last rank's final print to the launcher's exit
+
+# One script for every case: argv = folder, failing rank, how, when, what the others do.
+RANK = textwrap.dedent(
+    """
+    import os, signal, subprocess, sys, time
+    from jaxpar.distributed import initialize_distributed
+
+    folder, failing, how, when, others = sys.argv[1], int(sys.argv[2]), *sys.argv[3:6]
+    initialize_distributed()
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    rank = jax.process_index()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    with open(os.path.join(folder, f"pids-{rank}"), "w") as f:
+        f.write(f"{os.getpid()} {child.pid}")
+    mesh = jax.make_mesh((jax.device_count(),), ("d",))
+    x = jax.make_array_from_process_local_data(
+        NamedSharding(mesh, P("d")), jnp.ones((jax.local_device_count(), 64, 64)))
+    total = jax.jit(lambda x: (x @ x).sum(), out_shardings=NamedSharding(mesh, P()))
+    local = jax.jit(lambda a: a @ a)
+
+    def fail():
+        with open(os.path.join(folder, "failed-at"), "w") as f:
+            f.write(str(time.time()))
+        if how == "raise":
+            raise RuntimeError(f"rank {rank} gives up")
+        if how == "exit":
+            sys.exit(3)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    if rank == failing and when == "before":  # before any collective
+        fail()
+    total(x).block_until_ready()  # one collective that every rank joins
+    print(f"rank {rank} ready", flush=True)
+    if rank == failing:
+        if when == "during":  # between two collectives of a loop the others are in
+            for _ in range(3):
+                total(x).block_until_ready()
+        fail()
+    end = time.time() + 120
+    while time.time() < end:
+        if others == "sleep":
+            time.sleep(0.1)
+        elif others == "compute":
+            local(jnp.ones((256, 256))).block_until_ready()
+        else:  # waits inside a collective the failing rank never joins
+            total(x).block_until_ready()
+    """
+)
+
+# A successful run: every rank prints its last line with the time it printed it.
+SUCCEED = textwrap.dedent(
+    """
+    import time
+    from jaxpar.distributed import initialize_distributed
+    initialize_distributed()
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    mesh = jax.make_mesh((jax.device_count(),), ("d",))
+    x = jax.make_array_from_process_local_data(
+        NamedSharding(mesh, P("d")), jnp.ones(jax.local_device_count()))
+    total = jax.jit(jnp.sum, out_shardings=NamedSharding(mesh, P()))(x)
+    print(f"total {float(total)} at {time.time()}", flush=True)
+    """
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    failing: int
+    how: str  # raise | exit | kill
+    when: str  # before | during | after
+    others: str  # sleep | compute | collective
+
+    @property
+    def status(self) -> int:
+        return {"raise": 1, "exit": 3, "kill": 128 + signal.SIGKILL}[self.how]
+
+
+CASES = [
+    Case(1, "raise", "before", "collective"),
+    Case(1, "raise", "after", "sleep"),
+    Case(0, "raise", "during", "collective"),
+    Case(1, "exit", "after", "compute"),
+    Case(0, "exit", "before", "sleep"),
+    Case(1, "kill", "during", "collective"),
+    Case(0, "kill", "after", "compute"),
+]
+
+
+def start_launcher(folder: Path, source: str, *args: str, timeout: str | None = None):
+    job = folder / "job.py"
+    job.write_text(source, encoding="utf-8")
+    options = ["--nproc", "2", "--devices-per-process", "2"]
+    if timeout:
+        options += ["--timeout", timeout]
+    return subprocess.Popen(
+        [sys.executable, "-m", "jaxpar.launch", *options, str(job), str(folder), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+def survivors(folder: Path) -> list[int]:
+    pids = [int(pid) for path in folder.glob("pids-*") for pid in path.read_text().split()]
+    return [pid for pid in pids if alive(pid)]
+
+
+def no_noise(output: str) -> None:
+    for noise in ("Check failure", "coordination", "F1", "E1", "terminate called"):
+        assert noise not in output, f"{noise!r} in the launcher's output:\n{output}"
+
+
+@pytest.mark.parametrize(
+    "case", CASES, ids=[f"rank{c.failing}-{c.how}-{c.when}-{c.others}" for c in CASES]
+)
+def test_a_failing_rank_ends_the_run_within_seconds(tmp_path, case: Case):
+    launcher = start_launcher(tmp_path, RANK, str(case.failing), case.how, case.when, case.others)
+    out, err = launcher.communicate(timeout=120)
+    ended = time.time()
+    failed_at = float((tmp_path / "failed-at").read_text())
+    assert ended - failed_at < BOUND_SECONDS, f"the run took {ended - failed_at:.1f} s to end"
+    assert launcher.returncode == case.status, out + err
+    other = 1 - case.failing
+    assert f"[launch] rank {case.failing} exited with status {case.status}" in out
+    assert out.count("[launch]") == 1, out
+    if case.how == "raise":
+        assert err.count("Traceback (most recent call last)") == 1, err
+        assert f"[rank {case.failing}] RuntimeError: rank {case.failing} gives up" in err
+        assert "jaxpar/_rank.py" not in err and "runpy" not in err, err
+    else:
+        assert "Traceback" not in err, err
+    late = [line for line in (out + err).splitlines() if line.startswith(f"[rank {other}]")]
+    assert all("ready" in line or "Gloo" in line or "peer ranks" in line for line in late), late
+    no_noise(out + err)
+    assert survivors(tmp_path) == []
+
+
+def test_a_successful_run_ends_cleanly_and_promptly(tmp_path):
+    launcher = start_launcher(tmp_path, SUCCEED)
+    out, err = launcher.communicate(timeout=120)
+    ended = time.time()
+    assert launcher.returncode == 0, out + err
+    printed = [float(line.split(" at ")[1]) for line in out.splitlines() if " at " in line]
+    assert len(printed) == 2 and "total 4.0" in out
+    assert ended - max(printed) < EXIT_SUCCESS_BOUND, f"{ended - max(printed):.2f} s"
+    no_noise(out + err)
+    assert "barrier" not in (out + err).lower()
+
+
+def test_ctrl_c_stops_real_jax_ranks(tmp_path):
+    launcher = start_launcher(tmp_path, RANK, "-1", "raise", "after", "collective")
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("pids-*"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    launcher.send_signal(signal.SIGINT)
+    interrupted = time.time()
+    out, err = launcher.communicate(timeout=60)
+    assert time.time() - interrupted < BOUND_SECONDS
+    assert launcher.returncode == EXIT_INTERRUPTED
+    assert "interrupted; stopping every rank" in out
+    no_noise(out + err)
+    assert survivors(tmp_path) == []
+
+
+def test_timeout_stops_real_jax_ranks(tmp_path):
+    launcher = start_launcher(tmp_path, RANK, "-1", "raise", "after", "sleep", timeout="8")
+    out, err = launcher.communicate(timeout=60)
+    assert launcher.returncode == EXIT_TIMEOUT
+    assert "timeout: ranks [0, 1] still running after 8 s" in out
+    no_noise(out + err)
+    assert survivors(tmp_path) == []
+
+
+def test_outside_the_launcher_a_script_runs_as_python_runs_it(tmp_path):
+    """No launcher socket: the rank runner neither reports nor changes the exit."""
+    job = tmp_path / "job.py"
+    job.write_text("import sys\nprint(sys.argv[1:])\nraise SystemExit('bad input')\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAXPAR_")}
+    runner = subprocess.run(
+        [sys.executable, "-m", "jaxpar._rank", str(job), "a"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    plain = subprocess.run([sys.executable, str(job), "a"], capture_output=True, text=True, env=env)
+    assert (runner.returncode, runner.stdout, runner.stderr) == (
+        plain.returncode,
+        plain.stdout,
+        plain.stderr,
+    )
+
+
+# The same kind of script started without the launcher, as on a cluster: JAX's own rules.
+PLAIN = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    from jaxpar.distributed import initialize_distributed
+    initialize_distributed(heartbeat_timeout_seconds=3, shutdown_timeout_seconds=3)
+    import jax
+    if jax.process_index() == 1:
+        if sys.argv[1] == "raise":
+            raise RuntimeError("rank 1 gives up")
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(60)
+    """
+)
+
+
+@pytest.mark.parametrize("how", ["raise", "kill"])
+def test_without_the_launcher_jax_waits_for_its_timeouts_then_aborts(tmp_path, how):
+    """What the multi-process page says happens on a cluster: a rank that raises waits at
+    JAX's shutdown barrier, one that dies is noticed when its heartbeats stop; either way
+    the others are aborted only after that timeout (3 s here), with C++ traces."""
+    job = tmp_path / "job.py"
+    job.write_text(PLAIN, encoding="utf-8")
+    port = socket_port()
+    started = time.monotonic()
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, str(job), how],
+            env={
+                **os.environ,
+                "JAXPAR_COORDINATOR": f"127.0.0.1:{port}",
+                "JAXPAR_NUM_PROCESSES": "2",
+                "JAXPAR_PROCESS_ID": str(rank),
+                "JAX_NUM_CPU_DEVICES": "1",
+                "JAX_PLATFORMS": "cpu",
+            },
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(2)
+    ]
+    outputs = [rank.communicate(timeout=60) for rank in ranks]
+    took = time.monotonic() - started
+    assert ranks[0].returncode == -signal.SIGABRT, outputs[0]
+    assert 3 <= took < 30
+    assert (
+        "Terminating process because the JAX distributed service detected fatal errors"
+        in (outputs[0][1])
+    )
+    if how == "raise":
+        assert ranks[1].returncode == -signal.SIGABRT
+        assert "Shutdown barrier" in outputs[0][1]
+    else:
+        assert ranks[1].returncode == -signal.SIGKILL
+        assert "stopped sending heartbeats" in outputs[0][1]
+
+
+def test_the_pages_state_jax_default_timeouts():
+    """The multi-process page quotes JAX's defaults; they must be today's."""
+    defaults = inspect.signature(jax.distributed.initialize).parameters
+    assert defaults["heartbeat_timeout_seconds"].default == 100
+    assert defaults["shutdown_timeout_seconds"].default == 300
+
+
+def socket_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
