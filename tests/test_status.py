@@ -93,6 +93,16 @@ def test_make_test_warns_about_outdated_and_untranslated_pages(monkeypatch):
     ]
 
 
+def test_an_out_of_date_row_uses_its_language_s_own_brackets(monkeypatch):
+    outdated = status.PageStatus(
+        "index.md", State.OUTDATED, Change(1_700_086_400, "abc"), Change(1_700_000_000, "def")
+    )
+    monkeypatch.setattr(status, "status_of", lambda language: [outdated])
+    languages = load_languages()
+    assert "| out of date (English changed 2023-11-15) |" in status.status_table(languages["en"])
+    assert "| 译文过时（英文版更新于 2023-11-15） |" in status.status_table(languages["zh"])
+
+
 def test_every_language_has_a_status_page_listing_every_page(site):
     english = status.english_pages()
     for code, language in load_languages().items():

@@ -116,8 +116,8 @@ def status_table(language: Language) -> str:
             # check; tests/test_links.py checks them in the built site.
             href = f"{root}{other.prefix}{_url(status.page)}"
             state = labels[f"status_{status.state.value}"]
-            if status.state is State.OUTDATED:
-                state += f" ({labels['status_english_changed']} {status.english.date})"
+            if status.state is State.OUTDATED:  # the label brings its own brackets: （…） in zh
+                state = labels["status_outdated_since"].format(date=status.english.date)
             lines.append(f'| <a href="{href}">{title_of(other, status.page)}</a> | {state} |')
         lines.append("")
     return "\n".join(lines)
