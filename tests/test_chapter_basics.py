@@ -63,11 +63,70 @@ def test_derivatives_and_retraces_are_as_the_page_says():
     assert len(traces) == 4
     assert out["jit_trace"].splitlines()[1:3] == ["1: 6.0", "2: 15.0"]
     assert out["jit_static"].count("tracing with n") == 2
+    assert out["device_put"].startswith("8 devices; the default is cpu:0")
+    assert "lives on cpu:7" in out["device_put"]
     # The Python print runs once (while tracing); jax.debug.print on every call.
     assert out["debug_print"].count("print: JitTracer") == 1
     assert out["debug_print"].count("jax.debug.print:") == 2
     first, second, *_ = out["random"].splitlines()
     assert first == second, "the same key must give the same numbers"
+
+
+def test_donation_aliases_the_argument_and_deletes_it():
+    out = recorded("jax_in_one_page")["donation"].splitlines()
+    sizes = re.compile(r"argument ([\d,]+) B, output ([\d,]+) B, aliased ([\d,]+) B$")
+    plain, donated = (sizes.search(line).groups() for line in out[:2])
+    # The page: without donation nothing is aliased; with it, the whole 4,000,000-byte output.
+    assert plain == ("4,000,000", "4,000,000", "0")
+    assert donated == ("4,000,000", "4,000,000", "4,000,000")
+    assert out[0].startswith("jax.jit(f) ") and out[1].startswith("jax.jit(f, donate_argnums=0)")
+    assert out[2] == "x deleted: True"
+    assert out[3].startswith("RuntimeError: Array has been deleted")
+
+
+def test_cache_key_calls_trace_and_compile_as_the_page_says():
+    lines = recorded("jax_in_one_page")["cache_key"].splitlines()
+    # What each numbered call printed before its result line "N: ...".
+    events: dict[int, list[str]] = {}
+    pending: list[str] = []
+    for line in lines:
+        if re.match(r"^\d: ", line):
+            events[int(line[0])] = pending
+            pending = []
+        else:
+            pending.append(line.split()[0])
+    assert events == {
+        1: ["tracing", "compiling"],  # first call
+        2: [],  # same types: the cached program
+        3: ["compiling"],  # committed to another device: compiled, not traced
+        4: ["cache", "tracing", "compiling"],  # Explicit sharding: a new type, explained
+        5: ["cache", "tracing", "compiling"],  # a tuple instead of a list, explained
+    }
+    text = "\n".join(lines)
+    assert "JitTracer(float32[8@data])" in text
+    assert "now f32[8@data]" in text
+    assert "now <class 'tuple'> and before <class 'list'>" in text
+
+
+@pytest.mark.parametrize(
+    ("snippet", "donation"),
+    [
+        ("mlp_pure_jax", '@jax.jit(donate_argnames="params")'),
+        ("mlp_flax_nnx", '@nnx.jit(donate_argnames=("model", "optimizer"))'),
+    ],
+)
+def test_mlp_train_steps_donate_and_shuffle_on_the_host(snippet: str, donation: str):
+    source = (REPO / "snippets" / "basics" / f"{snippet}.py").read_text(encoding="utf-8")
+    assert donation in source, f"the pages say {snippet}'s train step donates: {donation}"
+    assert "np.random.default_rng(seed).permutation" in source
+    assert "jax.random.permutation" not in source
+    assert not re.search(r"\bnp\.mean\(", source), "no np.mean over a list of device scalars"
+    assert source.count("jax.device_get(") == 1, "losses are fetched once, after training"
+
+
+def test_flax_loop_counts_every_update():
+    rows = [line for line in recorded("mlp_flax_nnx")["train"].splitlines() if "step" in line]
+    assert rows[-1].startswith("epoch 15  step 330  lr 0.00010")
 
 
 def test_plain_jax_jit_step_loses_the_optimizer_state_and_the_fixes_keep_it():

@@ -12,7 +12,9 @@ from sitetools import REPO
 from sitetools.snippets import (
     RECORD_COMMAND,
     discover,
+    expected_status,
     launch_arguments,
+    needed_devices,
     output_path,
     parse_cells,
     run,
@@ -39,7 +41,10 @@ def test_snippets_exist():
 def test_snippet_output_matches_recording(snippet: Path):
     name = snippet.relative_to(REPO)
     result = run(snippet)
-    assert result.returncode == 0, f"{name} raised:\n{result.stderr}"
+    status = expected_status(snippet)
+    assert result.returncode == status, (
+        f"{name} ended with status {result.returncode}, not {status}:\n{result.stdout}{result.stderr}"
+    )
     recorded = output_path(snippet)
     rerecord = f"re-record with: {RECORD_COMMAND} SNIPPETS={name}"
     assert recorded.exists(), f"{recorded.relative_to(REPO)} is missing; {rerecord}"
@@ -84,6 +89,32 @@ def test_snippet_follows_conventions(snippet: Path):
                 f"{snippet.name} imports {module}; snippets may import only "
                 f"{sorted(allowed)} and the standard library"
             )
+
+
+# A reader's machine with 1 or 4 accelerators: every snippet whose lesson does not need
+# exactly 8 devices must run there too (its output differs; it must not fail).
+FEWER_DEVICES = (1, 4)
+ADAPTING = [
+    (snippet, devices)
+    for snippet in SNIPPETS
+    if launch_arguments(snippet) is None and needed_devices(snippet) is None
+    for devices in FEWER_DEVICES
+]
+
+
+@pytest.mark.parametrize(
+    ("snippet", "devices"),
+    ADAPTING,
+    ids=[f"{p.relative_to(REPO)}-{n}" for p, n in ADAPTING],
+)
+def test_snippet_runs_on_fewer_devices(snippet: Path, devices: int):
+    result = run(snippet, devices=devices)
+    assert result.returncode == 0, (
+        f"{snippet.relative_to(REPO)} fails on {devices} devices, as it would on a reader's "
+        f"machine with {devices} accelerators. Size its meshes from jax.device_count(), or, "
+        f"if the lesson needs exactly 8 devices, say so in a line "
+        f"'# needs 8 devices: <why, and how to run it elsewhere>':\n{result.stderr}"
+    )
 
 
 def test_every_recording_has_its_snippet():

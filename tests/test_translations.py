@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from sitetools import REPO
+from sitetools import REPO, glosses
 from sitetools.i18n import Language
 from sitetools.translations import missing_heading_ids, other_languages, problems, shape_of
 
@@ -44,3 +44,27 @@ def test_missing_translation_must_be_marked_pending(tmp_path, monkeypatch):
         code=language.code, name=language.name, nav=language.nav, pending=("index.md",)
     )
     assert not any("index.md is missing" in p for p in problems(marked))
+
+
+@pytest.mark.parametrize("language", other_languages(), ids=lambda lang: lang.code)
+def test_english_glosses_are_few_and_only_in_prose(language: Language):
+    found = glosses.problems(language.code)
+    assert not found, "\n".join(found)
+
+
+def test_gloss_finder_sees_full_and_half_width_glosses_but_not_code(tmp_path, monkeypatch):
+    monkeypatch.setattr(glosses, "REPO", tmp_path)
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# 分片（sharding） {#s}\n\n在设备（device）上；디바이스(device)에서；*弱类型*（weakly typed）\n\n"
+        "| 集合通信（collective） |\n\n`f(x)`（`P`）与 8（8），设备（`P()`）\n\n```python\n设备（device）\n```\n",
+        encoding="utf-8",
+    )
+    found = [(g.line, g.english, g.where) for g in glosses.glosses_in(page)]
+    assert found == [
+        (1, "sharding", "heading"),
+        (3, "device", "prose"),
+        (3, "device", "prose"),
+        (3, "weakly typed", "prose"),
+        (5, "collective", "table"),
+    ]

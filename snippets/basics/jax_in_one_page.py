@@ -1,8 +1,9 @@
 """JAX in one page, for PyTorch users.
 
-`jax.numpy` as NumPy on accelerators, immutable arrays and `.at[]` updates, the
-composable transformations `grad`, `jit` and `vmap`, explicit PRNG keys, asynchronous
-dispatch, and the everyday conversions between JAX arrays, Python numbers and NumPy.
+`jax.numpy` as NumPy on accelerators, immutable arrays and `.at[]` updates, buffer
+donation, the composable transformations `grad`, `jit` and `vmap`, what makes `jit`
+trace and compile again, explicit PRNG keys, asynchronous dispatch, and the everyday
+conversions between JAX arrays, Python numbers and NumPy.
 """
 
 import jax
@@ -10,10 +11,12 @@ import jax
 jax.config.update("jax_num_cpu_devices", 8)
 
 # %% setup
-import functools
+import logging
 
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 np.set_printoptions(precision=4)  # JAX arrays print through NumPy
 
@@ -30,8 +33,8 @@ print(jnp.asarray(np.ones(3)).dtype)  # NumPy's float64 becomes float32, as in P
 # --8<-- [start:device_put]
 devices = jax.devices()
 print(len(devices), "devices; the default is", devices[0])
-on_device_3 = jax.device_put(np.arange(4.0), devices[3])  # like .to("cuda:3")
-print(on_device_3, "lives on", on_device_3.device)
+on_last = jax.device_put(np.arange(4.0), devices[-1])  # like .to("cuda:7") on 8 GPUs
+print(on_last, "lives on", on_last.device)
 # --8<-- [end:device_put]
 
 # %% immutable
@@ -51,6 +54,31 @@ print("x:", x)
 print("y:", y)
 print("z:", z)
 # --8<-- [end:at_set]
+
+
+# %% donation
+# --8<-- [start:donation]
+def add_to_first(x):
+    return x.at[0].add(1.0)
+
+
+x = jnp.zeros(1_000_000)  # 4,000,000 bytes of float32
+copying = jax.jit(add_to_first)
+donating = jax.jit(add_to_first, donate_argnums=0)  # x's buffer may hold the result
+for name, step in [("jax.jit(f)", copying), ("jax.jit(f, donate_argnums=0)", donating)]:
+    memory = step.lower(x).compile().memory_analysis()  # XLA's accounting, per device
+    print(
+        f"{name:29} argument {memory.argument_size_in_bytes:,} B, "
+        f"output {memory.output_size_in_bytes:,} B, aliased {memory.alias_size_in_bytes:,} B"
+    )
+
+y = donating(x)  # y is written into x's buffer, and x is deleted
+print("x deleted:", x.is_deleted())
+try:
+    print(x + 1.0)
+except RuntimeError as error:
+    print(f"RuntimeError: {str(error).splitlines()[0]}")
+# --8<-- [end:donation]
 
 
 # %% grad
@@ -125,7 +153,7 @@ except jax.errors.TracerIntegerConversionError as error:
     print(f"{type(error).__name__}: {str(error).splitlines()[0]}")
 
 
-@functools.partial(jax.jit, static_argnames="n")
+@jax.jit(static_argnames="n")
 def static_power(x, n):
     print(f"  tracing with n = {n}")
     return power(x, n)
@@ -135,6 +163,42 @@ print(static_power(2.0, n=3))
 print(static_power(3.0, n=3))  # same n: no new trace
 print(static_power(2.0, n=4))  # new n: a new trace and a new compilation
 # --8<-- [end:jit_static]
+
+
+# %% cache_key
+class PrintReasons(logging.Handler):
+    """Print what JAX logs about `total` below, without the file paths and timings."""
+
+    def emit(self, record):
+        message = record.getMessage()
+        if message.startswith("Compiling jit(total)"):
+            print("  compiling")
+        for line in message.splitlines():
+            if line.lstrip().startswith("* "):  # the reason for a cache miss
+                print("  cache miss:", line.strip()[2:])
+
+
+reasons = PrintReasons()
+logging.getLogger("jax").addHandler(reasons)
+
+
+# --8<-- [start:cache_key]
+@jax.jit
+def total(arrays):
+    print("  tracing with", arrays)
+    return sum(jnp.sum(a) for a in jax.tree.leaves(arrays))
+
+
+a, b = jnp.ones(8), jnp.arange(8.0)
+mesh = jax.make_mesh((len(devices),), ("data",), axis_types=(AxisType.Explicit,))
+with jax.explain_cache_misses(True), jax.log_compiles(True):  # log why, and each compile
+    print("1:", total([a, b]))
+    print("2:", total([b, a]))  # same types: the cached program
+    print("3:", total([jax.device_put(a, devices[-1]), b]))  # committed elsewhere: compiled
+    print("4:", total([jax.device_put(a, NamedSharding(mesh, P("data"))), b]))  # new type
+    print("5:", total((a, b)))  # a tuple, not a list: a new pytree structure
+# --8<-- [end:cache_key]
+logging.getLogger("jax").removeHandler(reasons)
 
 
 # %% debug_print

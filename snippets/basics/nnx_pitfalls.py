@@ -3,7 +3,8 @@
 `nnx.Optimizer` requires `wrt=` since Flax 0.11. A train step compiled with plain
 `jax.jit` works on copies of the model and the optimizer: whatever it does not return
 is lost, so a step that returns only the model trains with an optimizer that never
-leaves step 0. The fix is to return the optimizer too, or to use `nnx.jit`.
+leaves step 0. The fix is to return the optimizer too, or to use `nnx.jit`; both fixed
+steps donate the model and the optimizer, as a real training step should.
 """
 
 import jax
@@ -71,14 +72,14 @@ def train_step_wrong(model, optimizer, x, y):
     return model  # the updated optimizer is not returned: it is lost
 
 
-@jax.jit
+@jax.jit(donate_argnames=("model", "optimizer"))  # both are replaced, so both are donated
 def train_step_returns_both(model, optimizer, x, y):
     grads = nnx.grad(lambda m: loss_fn(m, x, y)[0])(model)
     optimizer.update(model, grads)
     return model, optimizer  # everything the step changed comes back
 
 
-@nnx.jit
+@nnx.jit(donate_argnames=("model", "optimizer"))
 def train_step_nnx(model, optimizer, x, y):
     grads = nnx.grad(lambda m: loss_fn(m, x, y)[0])(model)
     optimizer.update(model, grads)  # nnx.jit writes the changes back in place

@@ -2,9 +2,12 @@
 
 The same model (a two-layer MLP on scikit-learn's 8x8 digits), the same optimizer
 (Optax SGD with momentum) and the same 40 steps of 256 examples, trained on one device,
-with `jax.pmap`, with `jax.jit` and a batch sharded by `NamedSharding`, and with
-`jax.shard_map`. It also shows the naive shard_map port whose gradients are 8x too large,
-and the all-reduce that XLA inserts into the jit version.
+with `jax.pmap`, with `jax.jit` and a batch sharded by `NamedSharding` (under
+`jax.set_mesh`), and with `jax.shard_map`. It also shows the error that the jit step
+raises outside `jax.set_mesh`, the naive shard_map port whose gradients are 8x too large,
+and the all-reduce that XLA inserts into the jit version. It uses all
+`jax.device_count()` devices: 8 simulated CPU devices here, or the machine's accelerators
+(1, 2, 4 or 8 of them split the batch of 256 evenly).
 """
 
 import jax
@@ -12,7 +15,10 @@ import jax
 jax.config.update("jax_num_cpu_devices", 8)
 
 # %% setup
+import collections
 import functools
+import re
+import textwrap
 
 import jax.numpy as jnp
 import numpy as np
@@ -60,15 +66,19 @@ class MLP(nnx.Module):
         return self.out(jax.nn.relu(self.hidden(x)))
 
 
-# Split the module into its structure and its parameters (a pytree of arrays), so that
-# the training step is a pure function of the parameters: what pmap and shard_map need.
+# An NNX module is a pytree: it could go into jax.jit or shard_map as it is. Splitting it
+# into its structure and its parameters is optional; here it makes every training step a
+# function of plain arrays, the same for pmap, jit and shard_map. The parameters are
+# fetched to the host once: each run below puts its own copy on the devices, because its
+# steps donate (reuse the memory of) the parameters they replace.
 graphdef, initial_params = nnx.split(MLP(nnx.Rngs(0)))
+initial_params = jax.device_get(initial_params)
 tx = optax.sgd(learning_rate=0.1, momentum=0.9)
 
 
 def loss_fn(params, x, y):
     logits = nnx.merge(graphdef, params)(x)
-    return -(jax.nn.log_softmax(logits) * jax.nn.one_hot(y, 10)).sum(-1).mean()
+    return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
 
 
 def apply_gradients(params, opt_state, grads):
@@ -79,31 +89,41 @@ def apply_gradients(params, opt_state, grads):
 # --8<-- [end:model]
 
 
+@jax.jit
 def accuracy(params):
     logits = nnx.merge(graphdef, params)(x_test)
-    return float((logits.argmax(-1) == y_test).mean())
+    return (logits.argmax(-1) == y_test).mean()
 
 
 # %% reference
 # --8<-- [start:reference]
-@jax.jit
+# Donated arguments are deleted by the call: their memory holds the new values.
+@jax.jit(donate_argnames=("params", "opt_state"))
 def train_step(params, opt_state, x, y):
     loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
     params, opt_state = apply_gradients(params, opt_state, grads)
     return params, opt_state, loss
 
 
-params, opt_state = initial_params, tx.init(initial_params)
+params = jax.device_put(initial_params)
+opt_state = tx.init(params)
 for step in range(STEPS):
     params, opt_state, loss = train_step(params, opt_state, *get_batch(step))
 reference = params
 # --8<-- [end:reference]
 print(f"one device: loss {loss:.4f}, test accuracy {accuracy(reference):.4f}")
 
+# %% donation
+# --8<-- [start:donation]
+before = jax.device_put(initial_params)
+after, _, _ = train_step(before, tx.init(before), *get_batch(0))
+print("donated arrays deleted:", all(a.is_deleted() for a in jax.tree.leaves(before)))
+# --8<-- [end:donation]
+
 
 # %% pmap_step
 # --8<-- [start:pmap_step]
-@functools.partial(jax.pmap, axis_name="data")
+@functools.partial(jax.pmap, axis_name="data", donate_argnums=(0, 1))
 def pmap_train_step(params, opt_state, x, y):
     # Each device: its 32 examples -> its own loss and gradients.
     loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
@@ -120,8 +140,8 @@ def pmap_train_step(params, opt_state, x, y):
 # %% pmap_train
 # --8<-- [start:pmap_train]
 def replicate(tree):
-    """One copy per device: a new leading axis of size n_devices."""
-    return jax.tree.map(lambda a: jnp.stack([a] * n_devices), tree)
+    """One copy per device, stacked on the host: a new leading axis of size n_devices."""
+    return jax.tree.map(lambda a: np.stack([a] * n_devices), tree)
 
 
 def split(batch):
@@ -130,8 +150,11 @@ def split(batch):
 
 
 params, opt_state = replicate(initial_params), replicate(tx.init(initial_params))
+losses = []
 for step in range(STEPS):
     params, opt_state, loss = pmap_train_step(params, opt_state, *split(get_batch(step)))
+    losses.append(loss)  # stays on the devices: no wait for the step to finish
+for step, loss in enumerate(jax.device_get(losses)):  # one transfer, after the loop
     if step % 20 == 0 or step == STEPS - 1:
         print(f"step {step:3d}  loss {loss[0]:.4f}")
 # --8<-- [end:pmap_train]
@@ -144,18 +167,30 @@ print("kernel on device 0:", pmap_params["hidden"]["kernel"][...].shape)
 print(f"pmap: test accuracy {accuracy(pmap_params):.4f}")
 # --8<-- [end:pmap_params]
 
+
 # %% jit_train
 # --8<-- [start:jit_train]
+def prefetch(batches, sharding, depth=2):
+    """Put each batch on the devices `depth - 1` steps ahead: copying the next batch
+    overlaps with the step that runs (Grain's data loaders can do this for you)."""
+    queue = collections.deque()
+    for batch in batches:
+        queue.append(jax.device_put(batch, sharding))
+        if len(queue) == depth:
+            yield queue.popleft()
+    yield from queue
+
+
 mesh = jax.make_mesh((n_devices,), ("data",), axis_types=(AxisType.Explicit,))
 replicated = NamedSharding(mesh, P())
 batch_sharded = NamedSharding(mesh, P("data"))
 
 params = jax.device_put(initial_params, replicated)
 opt_state = jax.device_put(tx.init(initial_params), replicated)
-for step in range(STEPS):
-    x, y = jax.device_put(get_batch(step), batch_sharded)
-    # The same train_step as on one device: only where the data lives has changed.
-    params, opt_state, loss = train_step(params, opt_state, x, y)
+with jax.set_mesh(mesh):  # jitted code on an Explicit mesh runs under the mesh
+    for x, y in prefetch(map(get_batch, range(STEPS)), batch_sharded):
+        # The same train_step as on one device: only where the data lives has changed.
+        params, opt_state, loss = train_step(params, opt_state, x, y)
 jit_params = params
 # --8<-- [end:jit_train]
 print(f"jit + NamedSharding: loss {loss:.4f}, test accuracy {accuracy(jit_params):.4f}")
@@ -164,14 +199,28 @@ print(
     f"parameter fingerprint {sum(float(jnp.abs(a).sum()) for a in jax.tree.leaves(jit_params)):.4f}"
 )
 
+# %% no_set_mesh
+# --8<-- [start:no_set_mesh]
+# The same call outside `jax.set_mesh`: the backward pass of the integer-label loss
+# (a scatter into the sharded batch) has no mesh to resolve its sharding with.
+fresh_state = jax.device_put((initial_params, tx.init(initial_params)), replicated)
+try:
+    train_step(*fresh_state, x, y)
+except Exception as error:
+    first_line = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+    print(textwrap.fill(first_line, 88, subsequent_indent="  "))
+# --8<-- [end:no_set_mesh]
+
 # %% hlo
 # --8<-- [start:hlo]
-compiled = train_step.lower(params, opt_state, x, y).compile()
-all_reduces = [line for line in compiled.as_text().splitlines() if " all-reduce(" in line]
-print("all-reduce ops in the compiled step:", len(all_reduces))
-for line in all_reduces:
-    result = line.split(" = ")[1].split(" all-reduce(")[0]
-    print("  all-reduce of", result.replace("{0}", "").replace("{1,0}", ""))
+with jax.set_mesh(mesh):
+    compiled = train_step.lower(params, opt_state, x, y).compile()
+# GPU and TPU emit the asynchronous form, all-reduce-start: count both names.
+all_reduces = re.findall(r"= (.*) all-reduce(?:-start)?\(", compiled.as_text())
+backend = f"XLA:{jax.default_backend().upper()}"  # where this was compiled
+print(f"all-reduce ops in the compiled step ({backend}):", len(all_reduces))
+for result in all_reduces:
+    print("  all-reduce of", re.sub(r"\{[\d,]*\}", "", result))
 # --8<-- [end:hlo]
 
 
@@ -188,7 +237,7 @@ global_loss = jax.shard_map(
 )
 
 
-@jax.jit
+@jax.jit(donate_argnames=("params", "opt_state"))
 def shard_map_train_step(params, opt_state, x, y):
     loss, grads = jax.value_and_grad(global_loss)(params, x, y)
     params, opt_state = apply_gradients(params, opt_state, grads)
@@ -197,9 +246,9 @@ def shard_map_train_step(params, opt_state, x, y):
 
 params = jax.device_put(initial_params, replicated)
 opt_state = jax.device_put(tx.init(initial_params), replicated)
-for step in range(STEPS):
-    x, y = jax.device_put(get_batch(step), batch_sharded)
-    params, opt_state, loss = shard_map_train_step(params, opt_state, x, y)
+with jax.set_mesh(mesh):
+    for x, y in prefetch(map(get_batch, range(STEPS)), batch_sharded):
+        params, opt_state, loss = shard_map_train_step(params, opt_state, x, y)
 shard_map_params = params
 # --8<-- [end:shard_map_train]
 print(f"shard_map: loss {loss:.4f}, test accuracy {accuracy(shard_map_params):.4f}")
@@ -218,7 +267,7 @@ naive = jax.jit(
 )
 x, y = get_batch(0)
 wrong = naive(jax.device_put(initial_params, replicated), *jax.device_put((x, y), batch_sharded))
-right = jax.grad(loss_fn)(initial_params, x, y)
+right = jax.jit(jax.grad(loss_fn))(initial_params, x, y)
 for name in ("hidden", "out"):
     ratio = jnp.linalg.norm(wrong[name]["kernel"][...]) / jnp.linalg.norm(
         right[name]["kernel"][...]

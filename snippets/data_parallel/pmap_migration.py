@@ -2,7 +2,8 @@
 
 Every row of the migration table on the page comes from here: the old call (or the fact
 that it is gone in JAX 0.12) and today's equivalent, with a check that both give the same
-values.
+values. Every `shard_map` runs inside `jax.jit`, as code to copy should. The meshes are
+sized from `jax.device_count()`: 8 simulated CPU devices here, or a machine's accelerators.
 """
 
 import jax
@@ -15,7 +16,8 @@ import numpy as np
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-mesh = jax.make_mesh((8,), ("i",), axis_types=(AxisType.Explicit,))
+n = jax.device_count()
+mesh = jax.make_mesh((n,), ("i",), axis_types=(AxisType.Explicit,))
 print("mesh:", dict(mesh.shape))
 
 # %% removed
@@ -26,7 +28,7 @@ for old in ["device_put_replicated", "device_put_sharded", "tree_map"]:
 
 # %% replicated
 # --8<-- [start:replicated]
-# Old: jax.device_put_replicated(x, jax.devices()) -> shape (8, 3), one copy per device.
+# Old: jax.device_put_replicated(x, jax.devices()) -> shape (n, 3), one copy per device.
 x = np.arange(3.0)
 replicated = jax.device_put(x, NamedSharding(mesh, P()))
 print(
@@ -39,22 +41,18 @@ print(
 
 # %% sharded
 # --8<-- [start:sharded]
-# Old: jax.device_put_sharded([chunk_0, ..., chunk_7], jax.devices())
-chunks = [np.full((2,), float(i)) for i in range(8)]
-stacked = jax.device_put(np.stack(chunks), NamedSharding(mesh, P("i")))
-print(
-    "sharded:",
-    stacked.shape,
-    stacked.sharding.spec,
-    "device 5 holds",
-    stacked.addressable_shards[5].data,
-)
+# Old: jax.device_put_sharded([chunk_0, ..., chunk_n-1], jax.devices())
+chunks = [np.full((2,), float(i)) for i in range(n)]
+stacked = jax.device_put(np.stack(chunks), NamedSharding(mesh, P("i")))  # stacked on the host
+last = stacked.addressable_shards[-1]
+print("sharded:", stacked.shape, stacked.sharding.spec, f"{last.device} holds", last.data)
 # --8<-- [end:sharded]
 
 # %% unreplicate
 # --8<-- [start:unreplicate]
-# Old: flax.jax_utils.unreplicate(tree) or x[0] on a (8, ...) stack of copies.
-stack_of_copies = jax.pmap(lambda v: v * 2)(jnp.stack([jnp.arange(3.0)] * 8))
+# Old: flax.jax_utils.unreplicate(tree) or x[0] on a (n, ...) stack of copies, which
+# today is a collective across devices. Read the copy that device 0 already holds instead.
+stack_of_copies = jax.pmap(lambda v: v * 2)(np.stack([np.arange(3.0)] * n))
 one_copy = stack_of_copies.addressable_shards[0].data[0]  # device 0's copy, no gather
 print("unreplicated:", one_copy)
 # With NamedSharding there is nothing to undo: the replicated array *is* the value.
@@ -68,19 +66,23 @@ def affine(v, scale):
     return v * scale + 1.0
 
 
-values = jnp.arange(16.0).reshape(8, 2)
-old = jax.pmap(affine, in_axes=(0, None))(values, 3.0)
+host_values = np.arange(2.0 * n).reshape(n, 2)  # pmap takes host arrays
+old = jax.pmap(affine, in_axes=(0, None))(host_values, 3.0)
 # in_axes=0 -> P("i") for that argument, None -> P(). On an Explicit mesh the input must
 # already be laid out as in_specs says: shard_map no longer reshards silently.
-values = jax.device_put(values, NamedSharding(mesh, P("i")))
-new = jax.shard_map(affine, mesh=mesh, in_specs=(P("i"), P()), out_specs=P("i"))(values, 3.0)
-pmap_block = jax.pmap(lambda v: jnp.array(v.shape))(np.asarray(values))[0]
-shard_map_block = (
-    jax.shard_map(lambda v: jnp.array([v.shape]), mesh=mesh, in_specs=P("i"), out_specs=P("i"))(
-        values
-    )
-    .addressable_shards[0]
-    .data[0]
+values = jax.device_put(host_values, NamedSharding(mesh, P("i")))
+new = jax.jit(jax.shard_map(affine, mesh=mesh, in_specs=(P("i"), P()), out_specs=P("i")))(
+    values, 3.0
+)
+
+
+def block_shape(v):
+    return jnp.array(v.shape)  # the shape one device sees, the same on every device
+
+
+pmap_block = jax.pmap(block_shape, out_axes=None)(host_values)
+shard_map_block = jax.jit(jax.shard_map(block_shape, mesh=mesh, in_specs=P("i"), out_specs=P()))(
+    values
 )
 print(
     "per-device shape: pmap",
@@ -98,39 +100,83 @@ def normalise(v):
     return v / jax.lax.psum(v.sum(), "i")  # "i" was pmap's axis_name; now a mesh axis
 
 
-old = jax.pmap(normalise, axis_name="i")(values)
-new = jax.shard_map(normalise, mesh=mesh, in_specs=P("i"), out_specs=P("i"))(values)
+old = jax.pmap(normalise, axis_name="i")(host_values)
+new = jax.jit(jax.shard_map(normalise, mesh=mesh, in_specs=P("i"), out_specs=P("i")))(values)
 print("psum over axis 'i' agrees:", np.allclose(old, new))
 # --8<-- [end:axis_name]
+
+
+# %% out_axes
+# --8<-- [start:out_axes]
+def total(v):
+    return jax.lax.psum(v.sum(), "i")  # the same on every device
+
+
+old = jax.pmap(total, axis_name="i", out_axes=None)(host_values)  # returned once, not n times
+new = jax.jit(jax.shard_map(total, mesh=mesh, in_specs=P("i"), out_specs=P()))(values)
+print("out_axes=None -> out_specs=P():", float(old), float(new), new.sharding.spec)
+# --8<-- [end:out_axes]
+
+# %% smap
+# --8<-- [start:smap]
+# jax.smap: a shard_map over the one mesh axis named by axis_name, written like pmap.
+# It takes that axis from the mesh set by jax.set_mesh; each device sees a block.
+old = jax.pmap(affine, in_axes=(0, None))(host_values, 3.0)
+with jax.set_mesh(mesh):
+    new = jax.jit(jax.smap(affine, in_axes=(0, None), out_axes=0, axis_name="i"))(values, 3.0)
+    smap_block = jax.jit(jax.smap(block_shape, in_axes=0, out_axes=None, axis_name="i"))(values)
+print("per-device shape: smap", tuple(smap_block.tolist()))
+print("pmap == smap:", np.array_equal(old, new))
+# --8<-- [end:smap]
 
 # %% nested
 # --8<-- [start:nested]
 # Old: pmap(pmap(f, axis_name="inner"), axis_name="outer") on a (2, 4, ...) array.
-grid = jax.make_mesh((2, 4), ("outer", "inner"), axis_types=(AxisType.Explicit,) * 2)
-blocks = jax.device_put(jnp.arange(8.0).reshape(2, 4), NamedSharding(grid, P("outer", "inner")))
-row_sums = jax.shard_map(
-    lambda b: jax.lax.psum(b, "inner"),
-    mesh=grid,
-    in_specs=P("outer", "inner"),
-    out_specs=P("outer", "inner"),
+outer = 2 if n % 2 == 0 else 1  # 2 x 4 on 8 devices
+grid = jax.make_mesh((outer, n // outer), ("outer", "inner"), axis_types=(AxisType.Explicit,) * 2)
+blocks = jax.device_put(
+    np.arange(float(n)).reshape(outer, n // outer), NamedSharding(grid, P("outer", "inner"))
+)
+row_sums = jax.jit(
+    jax.shard_map(
+        lambda b: jax.lax.psum(b, "inner"),
+        mesh=grid,
+        in_specs=P("outer", "inner"),
+        out_specs=P("outer", "inner"),
+    )
 )(blocks)
-print("psum over 'inner' on a 2x4 mesh:", row_sums.tolist())
+print(f"psum over 'inner' on a {outer}x{n // outer} mesh:", row_sums.tolist())
 # --8<-- [end:nested]
+
 
 # %% training
 # --8<-- [start:training]
-# Old: a pmapped train step on (8, B/8, ...) inputs. New: the plain step under jit,
+# Old: a pmapped train step on (n, B/n, ...) inputs. New: the plain step under jit,
 # with the batch sharded and the parameters replicated.
-w = jnp.ones((2,))
-
-
 def loss(w, v):
     return jnp.mean((v @ w) ** 2)
 
 
-old_grad = jax.pmap(
-    lambda w, v: jax.lax.pmean(jax.grad(loss)(w, v), "i"), axis_name="i", in_axes=(None, 0)
-)(w, values.reshape(8, 1, 2))[0]
-new_grad = jax.jit(jax.grad(loss))(jax.device_put(w, NamedSharding(mesh, P())), values)
+def pmap_grad(w, v):
+    return jax.lax.pmean(jax.grad(loss)(w, v), "i")
+
+
+w = np.ones((2,))
+# Parameters in once (in_axes=None) and the averaged gradient out once (out_axes=None).
+old_grad = jax.pmap(pmap_grad, axis_name="i", in_axes=(None, 0), out_axes=None)(
+    w, host_values.reshape(n, -1, 2)
+)
+with jax.set_mesh(mesh):
+    w = jax.device_put(w, NamedSharding(mesh, P()))
+    new_grad = jax.jit(jax.grad(loss))(w, values)
+    # pmap(..., donate_argnums=0) -> jax.jit(..., donate_argnums=0): the jit donates.
+    sgd_step = jax.jit(lambda w, v: w - 0.1 * jax.grad(loss)(w, v), donate_argnums=0)
+    new_w = sgd_step(w, values)
 print("gradient: pmap + pmean == jit on a sharded batch:", np.allclose(old_grad, new_grad))
+print(
+    "after one donated step: w deleted:",
+    w.is_deleted(),
+    "new w replicated:",
+    new_w.sharding.is_fully_replicated,
+)
 # --8<-- [end:training]

@@ -9,6 +9,14 @@ section markers, so that a page can include the output of one cell
 
 A snippet with a ``# jaxpar.launch: --nproc 2 --devices-per-process 4`` line runs in
 several processes under ``python -m jaxpar.launch``, and process 0's output is recorded.
+One that also has a ``# exits with status N: <why>`` line shows what the launcher does when
+a rank fails: it must end with that status, and the launcher's whole output is recorded,
+every rank's lines and the launcher's own, as a reader would see it.
+
+Snippets size their meshes from ``jax.device_count()``, so that a reader's machine with 1,
+2 or 4 GPUs runs them too; one whose lesson needs exactly 8 devices says so in a line
+``# needs 8 devices: <why, and how to run it elsewhere>``. ``run(snippet, devices=N)``
+runs a snippet on N simulated devices instead of the 8 it asks for.
 
 Command line (``PYTHONPATH=tools``)::
 
@@ -41,6 +49,11 @@ CELL_NAME = re.compile(r"[a-z][-_0-9a-z]*")
 SECTION_MARKER = re.compile(r"^\s*# --8<-- \[(?P<kind>start|end):(?P<name>[^\]]+)\]\s*$")
 RECORD_COMMAND = "make outputs"
 LAUNCH_MARKER = re.compile(r"^# jaxpar\.launch: (?P<options>.+)$", re.MULTILINE)
+EXIT_STATUS_MARKER = re.compile(r"^# exits with status (?P<status>\d+): (?P<why>.+)$", re.MULTILINE)
+NEEDS_DEVICES_MARKER = re.compile(r"^# needs (?P<count>\d+) devices: (?P<why>.+)$", re.MULTILINE)
+DEVICE_COUNT_LINE = 'jax.config.update("jax_num_cpu_devices", 8)'
+# Set by run(devices=N): the snippet's DEVICE_COUNT_LINE asks for N devices instead.
+ENV_DEVICE_COUNT = "SITETOOLS_DEVICE_COUNT"
 # Gloo, the CPU collectives library, logs each connection to standard output.
 GLOO_LOG = re.compile(r"\[Gloo\]|connected peer ranks")
 
@@ -138,13 +151,17 @@ def run_in_process(snippet: Path) -> int:
     sys.argv = [str(snippet)]
     sys.path.insert(0, str(snippet.parent))
     namespace = {"__name__": "__main__", "__file__": str(snippet), "__builtins__": builtins}
+    devices = os.environ.get(ENV_DEVICE_COUNT)
     # Written in one piece at the end, so that native libraries writing to the same
     # stream (Gloo, in multi-process runs) cannot cut into a line.
     output: list[str] = []
     for cell in parse_cells(snippet):
         captured = io.StringIO()
         # Padding with newlines keeps tracebacks pointing at the real lines of the file.
-        code = compile("\n" * (cell.first_line - 1) + cell.source, str(snippet), "exec")
+        source = cell.source
+        if devices is not None:
+            source = source.replace(DEVICE_COUNT_LINE, DEVICE_COUNT_LINE.replace("8", devices))
+        code = compile("\n" * (cell.first_line - 1) + source, str(snippet), "exec")
         try:
             with contextlib.redirect_stdout(captured):
                 exec(code, namespace)
@@ -185,16 +202,49 @@ def launch_arguments(snippet: Path) -> list[str] | None:
     return shlex.split(match["options"]) if match else None
 
 
-def run(snippet: Path, timeout: float = 300) -> RunResult:
+def expected_status(snippet: Path) -> int:
+    """The exit status a snippet must end with: 0, unless a ``# exits with status`` line says."""
+    match = EXIT_STATUS_MARKER.search(snippet.read_text(encoding="utf-8"))
+    return int(match["status"]) if match else 0
+
+
+def needed_devices(snippet: Path) -> int | None:
+    """The device count a snippet's lesson needs exactly (its ``# needs N devices:`` line)."""
+    match = NEEDS_DEVICES_MARKER.search(snippet.read_text(encoding="utf-8"))
+    return int(match["count"]) if match else None
+
+
+def run(snippet: Path, timeout: float = 300, devices: int | None = None) -> RunResult:
     """Run a snippet in a fresh Python process, as the tests and ``make outputs`` do.
 
     A multi-process snippet (one with a ``# jaxpar.launch: OPTIONS`` line) runs under
     ``python -m jaxpar.launch OPTIONS``; its recorded output is that of process 0.
+    ``devices`` runs a single-process snippet on that many simulated devices instead of 8,
+    as a reader's machine with fewer accelerators would.
     """
     env = {**os.environ, **RUN_ENVIRONMENT, "PYTHONPATH": str(REPO / "tools")}
     env.pop("FORCE_COLOR", None)
+    if devices is not None:
+        env[ENV_DEVICE_COUNT] = str(devices)
     command = [sys.executable, "-m", "sitetools.snippets", "run", str(snippet)]
     options = launch_arguments(snippet)
+    if options is not None and expected_status(snippet) != 0:
+        # Run from the snippet's folder, as a reader would, so that tracebacks name the file
+        # as the reader does.
+        command = [sys.executable, "-m", "jaxpar.launch", *options, snippet.name]
+        process = subprocess.run(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            timeout=timeout,
+            cwd=snippet.parent,
+        )
+        transcript = "".join(
+            line for line in process.stdout.splitlines(keepends=True) if not GLOO_LOG.search(line)
+        )
+        return RunResult(snippet, process.returncode, transcript, "")
     if options is not None:
         command = [sys.executable, "-m", "jaxpar.launch", *options, __file__, "run", str(snippet)]
     process = subprocess.run(
@@ -230,9 +280,9 @@ def record(snippets: list[Path]) -> int:
     failures = 0
     for result in results:
         name = result.snippet.relative_to(REPO)
-        if result.returncode != 0:
+        if result.returncode != expected_status(result.snippet):
             failures += 1
-            print(f"FAILED {name}\n{result.stderr}", file=sys.stderr)
+            print(f"FAILED {name}\n{result.stdout}{result.stderr}", file=sys.stderr)
             continue
         target = output_path(result.snippet)
         changed = not target.exists() or target.read_text(encoding="utf-8") != result.stdout
