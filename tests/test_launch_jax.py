@@ -17,11 +17,11 @@ import subprocess
 import sys
 import textwrap
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import jax
-import pytest
 
 from jaxpar.launch import EXIT_INTERRUPTED, EXIT_TIMEOUT
 
@@ -152,14 +152,13 @@ def no_noise(output: str) -> None:
         assert noise not in output, f"{noise!r} in the launcher's output:\n{output}"
 
 
-@pytest.mark.parametrize(
-    "case", CASES, ids=[f"rank{c.failing}-{c.how}-{c.when}-{c.others}" for c in CASES]
-)
-def test_a_failing_rank_ends_the_run_within_seconds(tmp_path, case: Case):
-    launcher = start_launcher(tmp_path, RANK, str(case.failing), case.how, case.when, case.others)
+def check_failure(folder: Path, case: Case) -> None:
+    """Run one case and check everything the issue promises about it."""
+    folder.mkdir()
+    launcher = start_launcher(folder, RANK, str(case.failing), case.how, case.when, case.others)
     out, err = launcher.communicate(timeout=120)
     ended = time.time()
-    failed_at = float((tmp_path / "failed-at").read_text())
+    failed_at = float((folder / "failed-at").read_text())
     assert ended - failed_at < BOUND_SECONDS, f"the run took {ended - failed_at:.1f} s to end"
     assert launcher.returncode == case.status, out + err
     other = 1 - case.failing
@@ -174,7 +173,22 @@ def test_a_failing_rank_ends_the_run_within_seconds(tmp_path, case: Case):
     late = [line for line in (out + err).splitlines() if line.startswith(f"[rank {other}]")]
     assert all("ready" in line or "Gloo" in line or "peer ranks" in line for line in late), late
     no_noise(out + err)
-    assert survivors(tmp_path) == []
+    assert survivors(folder) == []
+
+
+def run_concurrently(check, cases: list, folder: Path) -> None:
+    """Run independent cases at once (their time is mostly waiting), then report every
+    case that failed, by name."""
+    with ThreadPoolExecutor(max_workers=len(cases)) as pool:
+        futures = {
+            pool.submit(check, folder / f"case-{i}", case): case for i, case in enumerate(cases)
+        }
+    failed = [f"{futures[f]}: {f.exception()!r}" for f in futures if f.exception()]
+    assert not failed, "\n\n".join(failed)
+
+
+def test_a_failing_rank_ends_the_run_within_seconds(tmp_path):
+    run_concurrently(check_failure, CASES, tmp_path)
 
 
 def test_a_successful_run_ends_cleanly_and_promptly(tmp_path):
@@ -232,28 +246,39 @@ def test_outside_the_launcher_a_script_runs_as_python_runs_it(tmp_path):
     )
 
 
-# The same kind of script started without the launcher, as on a cluster: JAX's own rules.
+# The same kind of script started without the launcher, as on a cluster: JAX's own rules,
+# with both of its timeouts at 3 s instead of 100 s (heartbeat) and 300 s (shutdown).
 PLAIN = textwrap.dedent(
     """
     import os, signal, sys, time
     from jaxpar.distributed import initialize_distributed
     initialize_distributed(heartbeat_timeout_seconds=3, shutdown_timeout_seconds=3)
     import jax
-    if jax.process_index() == 1:
-        if sys.argv[1] == "raise":
-            raise RuntimeError("rank 1 gives up")
+    how, rank = sys.argv[1], jax.process_index()
+    if rank == 1 and how == "raise":
+        raise RuntimeError("rank 1 gives up")
+    if rank == 1 and how == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
-    time.sleep(60)
+    if rank == 0 and how in ("raise", "kill"):
+        time.sleep(60)
+    if rank == 0 and how == "late":  # finishes 6 s after rank 1, healthy all along
+        time.sleep(6)
+    print(f"rank {rank} finished", flush=True)
     """
 )
 
 
-@pytest.mark.parametrize("how", ["raise", "kill"])
-def test_without_the_launcher_jax_waits_for_its_timeouts_then_aborts(tmp_path, how):
-    """What the multi-process page says happens on a cluster: a rank that raises waits at
-    JAX's shutdown barrier, one that dies is noticed when its heartbeats stop; either way
-    the others are aborted only after that timeout (3 s here), with C++ traces."""
-    job = tmp_path / "job.py"
+CLUSTER_CASES = [
+    ("raise", -signal.SIGABRT, "Shutdown barrier"),
+    ("kill", -signal.SIGKILL, "stopped sending heartbeats"),
+    ("late", -signal.SIGABRT, "Shutdown barrier"),
+]
+
+
+def check_without_launcher(folder: Path, case: tuple[str, int, str]) -> None:
+    how, rank_1_status, error = case
+    folder.mkdir()
+    job = folder / "job.py"
     job.write_text(PLAIN, encoding="utf-8")
     port = socket_port()
     started = time.monotonic()
@@ -277,17 +302,20 @@ def test_without_the_launcher_jax_waits_for_its_timeouts_then_aborts(tmp_path, h
     outputs = [rank.communicate(timeout=60) for rank in ranks]
     took = time.monotonic() - started
     assert ranks[0].returncode == -signal.SIGABRT, outputs[0]
+    assert ranks[1].returncode == rank_1_status, outputs[1]
     assert 3 <= took < 30
-    assert (
-        "Terminating process because the JAX distributed service detected fatal errors"
-        in (outputs[0][1])
-    )
-    if how == "raise":
-        assert ranks[1].returncode == -signal.SIGABRT
-        assert "Shutdown barrier" in outputs[0][1]
-    else:
-        assert ranks[1].returncode == -signal.SIGKILL
-        assert "stopped sending heartbeats" in outputs[0][1]
+    assert "rank 0 finished" not in outputs[0][0]
+    stderr = outputs[0][1]
+    assert "Terminating process because the JAX distributed service detected fatal" in stderr
+    assert error in stderr
+
+
+def test_without_the_launcher_jax_timeouts_decide_when_the_run_ends(tmp_path):
+    """What the multi-process page says happens on a cluster. A rank that raises waits at
+    JAX's shutdown barrier; one that dies is noticed when its heartbeats stop; either way
+    the others abort only after that timeout, with C++ traces. The shutdown timeout also ends
+    a healthy run whose ranks finish further apart than it allows."""
+    run_concurrently(check_without_launcher, CLUSTER_CASES, tmp_path)
 
 
 def test_the_pages_state_jax_default_timeouts():

@@ -72,13 +72,14 @@ def fail(status: int) -> None:
     os._exit(status)
 
 
-def run(script: Path, args: list[str]) -> None:
-    """Run ``script`` as ``__main__`` with ``args``, as ``python script args`` would."""
-    script = script.resolve()
-    sys.argv = [str(script), *args]
-    sys.path[0] = str(script.parent)  # `-m` put the working directory there; a script has its own
+def run(script: str, args: list[str]) -> None:
+    """Run ``script`` as ``__main__`` with ``args``, as ``python script args`` would (which
+    also names the file in tracebacks as it was given)."""
+    path = Path(script).resolve()
+    sys.argv = [script, *args]
+    sys.path[0] = str(path.parent)  # `-m` put the working directory there; a script has its own
     try:
-        runpy.run_path(str(script), run_name="__main__")
+        runpy.run_path(script, run_name="__main__")
     except SystemExit as error:
         status = exit_status(error.code)
         if status != 0:
@@ -87,11 +88,11 @@ def run(script: Path, args: list[str]) -> None:
         raise
     except BaseException as error:  # noqa: BLE001 - reported like Python's own handler
         traceback.print_exception(
-            type(error), error, script_frames(error.__traceback__, script), file=sys.stderr
+            type(error), error, script_frames(error.__traceback__, path), file=sys.stderr
         )
         fail(130 if isinstance(error, KeyboardInterrupt) else 1)
     tell_launcher("done")
 
 
 if __name__ == "__main__":
-    run(Path(sys.argv[1]), sys.argv[2:])
+    run(sys.argv[1], sys.argv[2:])

@@ -44,6 +44,9 @@ HOST = "127.0.0.1"
 EXIT_TIMEOUT = 124
 EXIT_INTERRUPTED = 130
 GRACE_SECONDS = 5.0
+# How long the other ranks' output already on its way is still relayed once a rank
+# reports that it is failing.
+SETTLE_SECONDS = 0.2
 
 
 class LaunchError(Exception):
@@ -191,6 +194,9 @@ class Launcher:
                 said = True
                 words = report.split()
                 if words[:1] == [b"fail"]:
+                    # The rank waits for the answer, so no other rank can have noticed
+                    # anything yet: what they print meanwhile is still theirs to show.
+                    time.sleep(SETTLE_SECONDS)
                     self._record(rank, int(words[1]))
                     try:
                         control.sendall(b"k")
