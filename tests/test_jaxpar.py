@@ -175,6 +175,89 @@ def test_replicate_puts_a_full_copy_everywhere():
     assert all(shard.data.shape == (3, 2) for shard in tree["w"].addressable_shards)
 
 
+def test_replicate_takes_scalars_and_arrays_already_on_a_device():
+    mesh = jax.make_mesh((8,), ("data",))
+    tree = replicate({"step": 3, "w": jax.numpy.arange(4.0)}, mesh)
+    assert tree["step"].shape == () and tree["step"].sharding.is_fully_replicated
+    np.testing.assert_array_equal(tree["w"].addressable_shards[7].data, np.arange(4.0))
+
+
+class TestSeveralProcesses:
+    """What changes with ``jax.process_count() > 1``, as far as one process can see it."""
+
+    mesh = jax.make_mesh((8,), ("data",))
+
+    @pytest.fixture
+    def assembled(self, monkeypatch):
+        """Pretend to be one of two processes, and record what reaches JAX."""
+        calls = []
+        make = jax.make_array_from_process_local_data
+
+        def spy(sharding, local_data):
+            calls.append(jax.tree.map(np.shape, local_data))
+            return make(sharding, local_data)
+
+        monkeypatch.setattr(jax, "process_count", lambda: 2)
+        monkeypatch.setattr(jax, "make_array_from_process_local_data", spy)
+        return calls
+
+    def test_shard_batch_passes_this_process_share_to_jax(self, assembled):
+        data, mask = shard_batch({"x": np.ones((19, 2))}, self.mesh, remainder="pad")
+        assert assembled == [({"x": (24, 2)}, (24,))]
+        assert data["x"].sharding.spec == jax.sharding.PartitionSpec("data")
+        assert float(mask.sum()) == 19
+
+    def test_uneven_share_names_this_process(self, assembled):
+        with pytest.raises(
+            UnevenBatchError, match="across 8 devices of mesh axis 'data' on this process"
+        ):
+            shard_batch(np.zeros(19), self.mesh)
+
+    def test_replicate_passes_every_leaf_whole(self, assembled):
+        replicate({"w": np.ones((3, 2)), "step": 0}, self.mesh)
+        assert assembled == [[(), (3, 2)]]
+
+    def test_a_mesh_without_this_process_devices_is_refused(self, monkeypatch):
+        monkeypatch.setattr(jax, "process_index", lambda: 1)
+        with pytest.raises(
+            ValueError, match="none of the mesh's 8 devices belongs to process 1; build the mesh"
+        ):
+            shard_batch(np.zeros(8), self.mesh)
+
+    def test_two_processes_each_pass_their_share(self, tmp_path):
+        script = tmp_path / "job.py"
+        script.write_text(
+            "import jax\n"
+            "from jaxpar import initialize_distributed\n"
+            "initialize_distributed()\n"
+            "import numpy as np\n"
+            "from jax.experimental.multihost_utils import process_allgather\n"
+            "from jaxpar import replicate, shard_batch\n"
+            "mesh = jax.make_mesh((jax.device_count(),), ('data',))\n"
+            "share = np.arange(5) + 10 * jax.process_index()  # 5 rows, 2 devices here\n"
+            "data, mask = shard_batch(share, mesh, remainder='pad')\n"
+            "whole = process_allgather((data, mask), tiled=True)\n"
+            "w = replicate(np.full(2, 7.0), mesh)\n"
+            "if jax.process_index() == 0:\n"
+            "    print(data.shape, whole[0].tolist(), whole[1].tolist())\n"
+            "    print(w.is_fully_replicated, jax.device_get(w).tolist())\n",
+            encoding="utf-8",
+        )
+        done = subprocess.run(
+            [sys.executable, "-m", "jaxpar.launch", "--nproc", "2", "--devices-per-process", "2"]
+            + [str(script)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        assert (
+            "[rank 0] (12,) [0, 1, 2, 3, 4, 0, 10, 11, 12, 13, 14, 0] "
+            "[1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0]"
+        ) in done.stdout
+        assert "[rank 0] True [7.0, 7.0]" in done.stdout
+
+
 def test_every_public_name_loads_and_the_launcher_needs_no_jax():
     import jaxpar
 

@@ -1,10 +1,13 @@
 """Sharding the model itself: fully sharded data parallel and tensor parallelism with Flax NNX.
 
-The digits MLP on a 2x4 mesh `("data", "model")` of 8 simulated CPU devices, its
-parameters annotated with `nnx.with_partitioning`: replicated (plain data parallelism),
-fully sharded (FSDP), and tensor-parallel (a column-parallel then a row-parallel layer).
-For each: the parameter bytes each device holds, the collectives in the compiled training
-step, and the trained parameters compared with training on a single device.
+The digits MLP on a 2x4 mesh `("data", "model")` of 8 simulated CPU devices (on fewer
+devices the "data" axis shrinks), its parameters annotated with `nnx.with_partitioning`:
+replicated (plain data parallelism), fully sharded (FSDP), and tensor-parallel (a
+column-parallel then a row-parallel layer). The model is created inside `jax.jit` under
+`jax.set_mesh`, so each parameter is born in its shards; without a mesh, creating it
+raises. For each layout: the parameter and optimizer-state bytes each device holds, the
+collectives in the compiled training step, and the trained parameters compared with
+training on a single device.
 """
 
 import jax
@@ -12,6 +15,9 @@ import jax
 jax.config.update("jax_num_cpu_devices", 8)
 
 # %% setup
+import re
+import textwrap
+
 import numpy as np
 import optax
 from flax import nnx
@@ -25,6 +31,13 @@ images = (digits.data[order] / 16.0).astype(np.float32)
 labels = digits.target[order].astype(np.int32)
 x_train, y_train = images[:1536], labels[:1536]
 BATCH, STEPS = 256, 20
+
+
+def get_batch(step):
+    start = (step * BATCH) % len(x_train)
+    return x_train[start : start + BATCH], y_train[start : start + BATCH]
+
+
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 
 
@@ -55,8 +68,12 @@ class MLP(nnx.Module):
 
 # %% layouts
 # --8<-- [start:layouts]
-mesh = jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
-ALL = ("data", "model")  # both mesh axes together: 8 ways
+# A 2 x 4 mesh on 8 devices; with fewer devices the "data" axis shrinks first.
+MODEL = min(4, jax.device_count())
+mesh = jax.make_mesh(
+    (jax.device_count() // MODEL, MODEL), ("data", "model"), axis_types=(AxisType.Auto,) * 2
+)
+ALL = ("data", "model")  # both mesh axes together: all the devices
 layouts = {
     # name: (partition spec of each parameter, partition spec of the batch)
     "replicated": (
@@ -90,56 +107,97 @@ layouts = {
 # --8<-- [end:layouts]
 
 
+# %% create
+# --8<-- [start:create]
+@jax.jit(static_argnames="name")
+def create(name):
+    """The model of layout `name`. Called under jax.set_mesh, each annotated parameter is
+    born sharded; inside jax.jit, each device computes only its own shards of it."""
+    return MLP(layouts[name][0], nnx.Rngs(0))
+
+
+def bytes_on_device_0(tree):
+    return sum(leaf.addressable_shards[0].data.nbytes for leaf in jax.tree.leaves(tree))
+
+
+with jax.set_mesh(mesh):
+    for name in layouts:
+        graphdef, params = nnx.split(create(name))
+        total = sum(leaf.nbytes for leaf in jax.tree.leaves(params))
+        print(f"{name}: created with {bytes_on_device_0(params)} of {total} bytes on device 0")
+# --8<-- [end:create]
+
+# %% no_mesh
+# --8<-- [start:no_mesh]
+try:
+    create("FSDP")  # annotated parameters, and no mesh to shard them on
+except ValueError as error:
+    print(textwrap.fill(f"ValueError: {str(error).splitlines()[0]}", 88, subsequent_indent="  "))
+# --8<-- [end:no_mesh]
+
+
 # %% train
 # --8<-- [start:train]
-def train(specs, batch_spec, mesh=mesh):
+def train(name, mesh=mesh):
     with jax.set_mesh(mesh):
-        graphdef, params = nnx.split(MLP(specs, nnx.Rngs(0)))
-        # Place each parameter as its annotation says.
-        shardings = jax.tree.map(
-            lambda spec: NamedSharding(mesh, spec), nnx.get_partition_spec(params)
-        )
-        params = jax.device_put(params, shardings)
-        tx = optax.sgd(learning_rate=0.1, momentum=0.9)
-        opt_state = tx.init(params)  # the momentum is sharded like the parameters
+        graphdef, params = nnx.split(create(name))
+    tx = optax.sgd(learning_rate=0.1, momentum=0.9)
+    # The shardings the annotations ask for, of the parameters and of the optimizer
+    # state: the momentum carries its parameter's annotation, the rest is replicated.
+    shardings = nnx.get_named_sharding((params, jax.eval_shape(tx.init, params)), mesh)
+    opt_state = jax.jit(tx.init, out_shardings=shardings[1])(params)
 
-        def loss_fn(params, x, y):
-            logits = nnx.merge(graphdef, params)(x)
-            return -(jax.nn.log_softmax(logits) * jax.nn.one_hot(y, 10)).sum(-1).mean()
+    def loss_fn(params, x, y):
+        logits = nnx.merge(graphdef, params)(x)
+        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
 
-        @jax.jit
-        def train_step(params, opt_state, x, y):
-            loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
-            updates, opt_state = tx.update(grads, opt_state, params)
-            return optax.apply_updates(params, updates), opt_state, loss
+    # out_shardings: the step returns parameters and optimizer state laid out as they
+    # came in; on Auto axes the partitioner would otherwise choose.
+    @jax.jit(
+        out_shardings=(*shardings, NamedSharding(mesh, P())),
+        donate_argnames=("params", "opt_state"),
+    )
+    def train_step(params, opt_state, x, y):
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
 
-        batch_sharding = NamedSharding(mesh, batch_spec)
+    batch_sharding = NamedSharding(mesh, layouts[name][1])
+    with jax.set_mesh(mesh):
         for step in range(STEPS):
-            start = (step * BATCH) % len(x_train)
-            x = jax.device_put(x_train[start : start + BATCH], batch_sharding)
-            y = jax.device_put(y_train[start : start + BATCH], batch_sharding)
+            x, y = jax.device_put(get_batch(step), batch_sharding)
             params, opt_state, loss = train_step(params, opt_state, x, y)
         hlo = train_step.lower(params, opt_state, x, y).compile().as_text()
-    collectives = [c for c in COLLECTIVES if f" {c}(" in hlo or f" {c}-start(" in hlo]
-    return params, float(loss), collectives
+    collectives = [c for c in COLLECTIVES if re.search(rf"\b{c}(-start)?\(", hlo)]
+    return params, opt_state, float(loss), collectives
 
 
 # --8<-- [end:train]
 
 
+# %% unpinned_init
+# --8<-- [start:unpinned_init]
+with jax.set_mesh(mesh):
+    graphdef, params = nnx.split(create("FSDP"))
+total = sum(leaf.nbytes for leaf in jax.tree.leaves(params))
+tx = optax.sgd(learning_rate=0.1, momentum=0.9)
+opt_state = jax.jit(tx.init)(params)  # no out_shardings: XLA chooses the layout
+print(
+    f"FSDP momentum from jax.jit(tx.init): {bytes_on_device_0(opt_state)} of {total} bytes on device 0"
+)
+# --8<-- [end:unpinned_init]
+
+
 # %% compare
 # --8<-- [start:compare]
-def bytes_on_device_0(params):
-    return sum(leaf.addressable_shards[0].data.nbytes for leaf in jax.tree.leaves(params))
-
-
 trained = {}
-for name, (specs, batch_spec) in layouts.items():
-    params, loss, collectives = train(specs, batch_spec)
+for name in layouts:
+    params, opt_state, loss, collectives = train(name)
     trained[name] = params
     total = sum(leaf.nbytes for leaf in jax.tree.leaves(params))
-    print(f"{name}: loss {loss:.4f}, collectives: {', '.join(collectives)}")
+    print(f"{name}: loss {loss:.4f}, collectives in the step (XLA:CPU): {', '.join(collectives)}")
     print(f"  parameter bytes on device 0: {bytes_on_device_0(params)} of {total}")
+    print(f"  optimizer state bytes on device 0: {bytes_on_device_0(opt_state)} of {total}")
     print("  hidden kernel spec:", params["hidden"]["kernel"][...].sharding.spec)
 # --8<-- [end:compare]
 
@@ -155,8 +213,11 @@ def max_relative_difference(a, b):
 
 
 # The reference: the same training on a single device (a 1x1 mesh of device 0).
-one_device = jax.sharding.Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("data", "model"))
-reference, _, _ = train(*layouts["replicated"], mesh=one_device)
+one_device = jax.make_mesh(
+    (1, 1), ("data", "model"), axis_types=(AxisType.Auto,) * 2, devices=jax.devices()[:1]
+)
+reference, _, reference_loss, _ = train("replicated", mesh=one_device)
+print(f"one device: loss {reference_loss:.4f}")
 for name in ("replicated", "FSDP", "tensor parallel"):
     difference = max_relative_difference(reference, trained[name])
     print(f"{name} vs one device: max relative difference < 1e-5: {difference < 1e-5}")

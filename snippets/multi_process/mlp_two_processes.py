@@ -2,7 +2,8 @@
 
 The model, data and steps of the data-parallelism chapter's `mlp_data_parallel.py`, now
 run by two processes that each drive 4 simulated CPU devices and load only their half of
-every batch. Run it with the site's launcher:
+every batch. It ends with what indexing and fetching a global array do when no process
+holds all of it. Run it with the site's launcher:
 
     python -m jaxpar.launch --nproc 2 --devices-per-process 4 mlp_two_processes.py
 """
@@ -75,20 +76,29 @@ class MLP(nnx.Module):
         return self.out(jax.nn.relu(self.hidden(x)))
 
 
+# Every process creates the same initial values (the same seed), on the host.
 graphdef, initial_params = nnx.split(MLP(nnx.Rngs(0)))
+initial_params = jax.device_get(initial_params)
 tx = optax.sgd(learning_rate=0.1, momentum=0.9)
 
 
 def loss_fn(params, x, y):
     logits = nnx.merge(graphdef, params)(x)
-    return -(jax.nn.log_softmax(logits) * jax.nn.one_hot(y, 10)).sum(-1).mean()
+    return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
 
 
-@jax.jit
+# Donated arguments are deleted by the call: their memory holds the new values.
+@jax.jit(donate_argnames=("params", "opt_state"))
 def train_step(params, opt_state, x, y):
     loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
     updates, opt_state = tx.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), opt_state, loss
+
+
+@jax.jit
+def accuracy(params):
+    logits = nnx.merge(graphdef, params)(x_test)
+    return (logits.argmax(-1) == y_test).mean()
 
 
 # %% train
@@ -99,26 +109,75 @@ batch_sharded = NamedSharding(mesh, P("data"))
 
 params = jax.device_put(initial_params, replicated)  # every process passes the same values
 opt_state = jax.device_put(tx.init(initial_params), replicated)
-for step in range(STEPS):
-    x_local, y_local = get_local_batch(step)
-    # Assemble the global (256, 64) batch from each process's (128, 64) share.
-    x = jax.make_array_from_process_local_data(batch_sharded, x_local)
-    y = jax.make_array_from_process_local_data(batch_sharded, y_local)
-    params, opt_state, loss = train_step(params, opt_state, x, y)
+with jax.set_mesh(mesh):  # jitted code on an Explicit mesh runs under the mesh
+    for step in range(STEPS):
+        x_local, y_local = get_local_batch(step)
+        # Assemble the global (256, 64) batch from each process's (128, 64) share.
+        x = jax.make_array_from_process_local_data(batch_sharded, x_local)
+        y = jax.make_array_from_process_local_data(batch_sharded, y_local)
+        params, opt_state, loss = train_step(params, opt_state, x, y)
 print0("global batch:", jax.typeof(x), "local share:", x_local.shape)
 print0(f"loss after {STEPS} steps: {loss:.4f}")
 # --8<-- [end:train]
 
 # %% result
 # --8<-- [start:result]
-# The parameters are replicated: this process's first shard is the whole value.
-local = jax.tree.map(lambda a: np.asarray(a.addressable_shards[0].data), params)
-logits = nnx.merge(graphdef, local)(x_test)
-print0(f"test accuracy {float((logits.argmax(-1) == y_test).mean()):.4f}")
-print0(f"parameter fingerprint {sum(float(np.abs(a).sum()) for a in jax.tree.leaves(local)):.4f}")
+# Every process runs the jitted evaluation: it is a computation on global arrays.
+test_accuracy = accuracy(params)
+# The parameters are replicated: each process holds all of them and can fetch them.
+host_params = jax.device_get(params)
+fingerprint = sum(float(np.abs(a).sum()) for a in jax.tree.leaves(host_params))
+print0(f"test accuracy {test_accuracy:.4f}")
+print0(f"parameter fingerprint {fingerprint:.4f}")
 
-if process == 0:  # save once, not once per process
+# Replicated state written with NumPy: process 0 holds all of it, so it alone writes.
+# Sharded state (the next chapter's FSDP) is saved by every process, each its own shards,
+# with a library that coordinates them (Orbax).
+if process == 0:
     folder = Path(tempfile.mkdtemp())
-    np.savez(folder / "params.npz", *jax.tree.leaves(local))
+    np.savez(folder / "params.npz", *jax.tree.leaves(host_params))
     print("saved", len(np.load(folder / "params.npz").files), "arrays from process 0")
 # --8<-- [end:result]
+
+
+# %% indexing
+# --8<-- [start:indexing]
+import re
+import textwrap
+
+from jax.experimental import multihost_utils
+
+
+def first_line(error):
+    line = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+    return textwrap.fill(line, 88, initial_indent="  ", subsequent_indent="    ")
+
+
+# A pmap output is a per-process array: out[0] reads this process's first device.
+out = jax.pmap(lambda v: v * 10)(np.arange(4.0, dtype=np.float32) + 4 * process)
+print0("pmap output fully addressable:", out.is_fully_addressable)
+print0("out[0] in each process:", multihost_utils.process_allgather(out[0]))
+
+# On Auto axes, x[0] of a global array works: a collective that every process must run.
+auto_mesh = jax.make_mesh((jax.device_count(),), ("data",), axis_types=(AxisType.Auto,))
+auto_x = jax.device_put(x, NamedSharding(auto_mesh, P("data")))
+first_row = auto_x[0]  # in every process, never under `if process == 0`
+hlo = jax.jit(lambda a: a[0]).lower(auto_x).compile().as_text()
+print0("Auto axes, x[0]:", first_row.shape, "replicated:", first_row.is_fully_replicated)
+collectives = re.findall(r"\b(all-reduce|all-gather|all-to-all)(?:-start)?\(", hlo)
+print0("  its compiled collectives (XLA:CPU):", sorted(set(collectives)))
+
+# On Explicit axes, x[0] raises, as it does in a single process.
+try:
+    x[0]
+except Exception as error:
+    print0("Explicit axes, x[0]:\n" + first_line(error))
+
+# Fetching a global array that is not replicated: no process holds all of it.
+try:
+    np.asarray(x)
+except Exception as error:
+    print0("np.asarray(x):\n" + first_line(error))
+# Gathered into every process instead (a collective too), it can be fetched.
+print0("process_allgather(x, tiled=True):", multihost_utils.process_allgather(x, tiled=True).shape)
+# --8<-- [end:indexing]

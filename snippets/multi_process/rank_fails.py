@@ -21,6 +21,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+# --8<-- [start:fail]
 mesh = jax.make_mesh((jax.device_count(),), ("data",))
 batch = jax.make_array_from_process_local_data(NamedSharding(mesh, P("data")), np.ones(1))
 total = jax.jit(jnp.sum, out_shardings=NamedSharding(mesh, P()))
@@ -32,3 +33,4 @@ if jax.process_index() == 1:
     raise ValueError("rank 1 found a corrupt batch")
 total(batch).block_until_ready()  # rank 0 waits here for rank 1, which never comes
 print("never printed")
+# --8<-- [end:fail]

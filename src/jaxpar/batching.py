@@ -85,19 +85,30 @@ def shard_batch(
     choices, ``"drop"`` leaves out the last examples, ``"pad"`` adds rows of zeros and marks
     them with 0 in the returned ``mask``, so that the loss can ignore them.
 
+    With several processes (``jax.process_count() > 1``), ``batch`` is this process's share
+    of the global batch, as each process loads only its own rows: every process calls
+    ``shard_batch`` with a share of the same size, and
+    ``jax.make_array_from_process_local_data`` assembles the global batch from the shares.
+    The share is split over the devices of ``axis`` that this process holds, and
+    ``remainder`` applies to that split. Processes that hold the same slices of ``axis``
+    (another mesh axis spans the processes) hold the same rows, and must pass equal
+    shares. In a single process the share is the whole batch.
+
     Args:
-        batch: an array, or a pytree of arrays that share their first dimension.
+        batch: an array, or a pytree of arrays that share their first dimension; with
+            several processes, this process's share.
         mesh: the device mesh, for example ``jax.make_mesh((8,), ("data",))``.
         axis: the mesh axis to split the batch along.
         remainder: ``"raise"``, ``"drop"`` or ``"pad"``.
 
     Returns:
-        A :class:`ShardedBatch` ``(data, mask)``.
+        A :class:`ShardedBatch` ``(data, mask)`` of global arrays.
 
     Raises:
         UnevenBatchError: the batch does not split evenly and ``remainder="raise"``, or it
             has fewer examples than the axis has devices and ``remainder="drop"``.
-        ValueError: ``axis`` is not an axis of ``mesh``, or ``remainder`` is not a policy.
+        ValueError: ``axis`` is not an axis of ``mesh``, ``remainder`` is not a policy, or
+            none of the mesh's devices belongs to this process.
 
     Examples:
         ```python
@@ -128,27 +139,49 @@ def shard_batch(
     if remainder not in ("raise", "drop", "pad"):
         raise ValueError(f"remainder must be 'raise', 'drop' or 'pad', got {remainder!r}.")
     arrays, treedef, size = _flatten_batch(batch)
-    parts = mesh.shape[axis]
+    # The slices of the batch along `axis` that this process's devices hold: all of them
+    # in a single process, this process's part of them otherwise.
+    parts = _local_parts(mesh, axis)
+    several = jax.process_count() > 1
+    devices = f"devices of mesh axis {axis!r}" + (" on this process" if several else "")
     keep = size
     if remainder == "raise":
-        _check_divisible(size, parts, f"devices of mesh axis {axis!r}", hint=_POLICY_HINT)
+        _check_divisible(size, parts, devices, hint=_POLICY_HINT)
     elif remainder == "drop":
         keep = size - size % parts
         if keep == 0:
             raise UnevenBatchError(
-                f"remainder='drop' would drop all {size} examples: mesh axis {axis!r} has "
-                f"{parts} devices. Use remainder='pad', or a batch of at least {parts} examples."
+                f"remainder='drop' would drop all {size} examples: there are {parts} "
+                f"{devices}. Use remainder='pad', or a batch of at least {parts} examples."
             )
     target = -(-size // parts) * parts if remainder == "pad" else keep
     mask = (np.arange(target) < min(size, keep)).astype(np.float32)
     arrays = [_resize(a, keep, target) for a in arrays]
     sharding = NamedSharding(mesh, P(axis))
-    data = jax.device_put(jax.tree.unflatten(treedef, arrays), sharding)
-    return ShardedBatch(data, jax.device_put(mask, sharding))
+    # In one process this is jax.device_put; with several, each process passes its share.
+    data, mask = jax.make_array_from_process_local_data(
+        sharding, (jax.tree.unflatten(treedef, arrays), mask)
+    )
+    return ShardedBatch(data, mask)
 
 
 def replicate(tree: PyTree, mesh: jax.sharding.Mesh) -> PyTree:
     """Put a full copy of every leaf of ``tree`` (parameters, optimizer state) on every device.
+
+    With several processes (``jax.process_count() > 1``), every process calls
+    ``replicate`` with the same values, for example parameters that each process creates
+    from the same seed, and each puts them on its own devices of the mesh
+    (``jax.make_array_from_process_local_data``). Nothing checks that the values agree:
+    processes that pass different values train different models. State that is sharded
+    rather than replicated is created sharded instead, each process computing only its
+    shards (``jax.jit`` with ``out_shardings``).
+
+    Args:
+        tree: an array, or a pytree of arrays and scalars.
+        mesh: the device mesh to replicate over.
+
+    Returns:
+        The same pytree, every leaf a ``jax.Array`` replicated over ``mesh``.
 
     Examples:
         ```python
@@ -163,10 +196,31 @@ def replicate(tree: PyTree, mesh: jax.sharding.Mesh) -> PyTree:
         #> (3, 2) True
         ```
     """
-    return jax.device_put(tree, NamedSharding(mesh, P()))
+    leaves, treedef = jax.tree.flatten(tree)
+    leaves = [leaf if hasattr(leaf, "shape") else np.asarray(leaf) for leaf in leaves]
+    # A replicated leaf's share is all of it. In one process this is jax.device_put.
+    replicated = jax.make_array_from_process_local_data(NamedSharding(mesh, P()), leaves)
+    return jax.tree.unflatten(treedef, replicated)
 
 
 _POLICY_HINT = "or call shard_batch(..., remainder='drop') or remainder='pad'"
+
+
+def _local_parts(mesh: jax.sharding.Mesh, axis: str) -> int:
+    """How many slices along the mesh axis ``axis`` this process's devices hold."""
+    position = mesh.axis_names.index(axis)
+    me = jax.process_index()
+    held = {
+        index[position]
+        for index, device in np.ndenumerate(mesh.devices)
+        if device.process_index == me
+    }
+    if not held:
+        raise ValueError(
+            f"none of the mesh's {mesh.devices.size} devices belongs to process {me}; "
+            f"build the mesh from jax.devices(), which lists every process's devices."
+        )
+    return len(held)
 
 
 def _check_count(name: str, value: object) -> None:
