@@ -69,6 +69,40 @@ class TestBenchmark:
         timed = ["clock", "call 1 2", "block", "clock"]
         assert log == warm * 2 + timed * 3
 
+    def test_pipeline_dispatches_every_call_before_waiting(self):
+        log: list[str] = []
+
+        def fn():
+            log.append("call")
+            return Output(log)
+
+        def clock():
+            log.append("clock")
+            return float(len(log))
+
+        timing = benchmark(fn, warmup=1, repeats=2, pipeline=3, clock=clock)
+        run = ["clock", "call", "call", "call", "block", "block", "block", "clock"]
+        assert log == ["call", "block"] + run * 2
+        assert timing.pipeline == 3
+        assert timing.repeats == 2
+
+    def test_pipeline_times_are_per_call(self):
+        timing = benchmark(lambda: None, repeats=3, pipeline=4, clock=replay([4.0, 8.0, 6.0]))
+        assert timing.times_s == pytest.approx((1.0, 2.0, 1.5))
+        assert timing.median_s == pytest.approx(1.5)
+        assert str(timing) == "1.50 s ± 0.50 s (median ± IQR of 3 × 4 pipelined calls)"
+
+    @pytest.mark.parametrize("pipeline", [0, -2, 2.0, True, "4", None])
+    def test_bad_pipeline(self, pipeline):
+        with pytest.raises(ValueError) as caught:
+            benchmark(lambda: None, pipeline=pipeline)
+        message = str(caught.value)
+        assert (
+            f"pipeline must be a whole number of calls dispatched before waiting, 1 or more, "
+            f"got {pipeline!r}" in message
+        )
+        assert "pipeline=1 to time each call alone (latency)" in message
+
     def test_jax_outputs_are_ready(self):
         f = jax.jit(lambda x: x * 2)
         timing = benchmark(f, jnp.arange(4.0), repeats=3, clock=replay([1.0, 2.0, 3.0]))

@@ -6,6 +6,7 @@ SVG, for web pages and notebooks, computed from `sharding.devices_indices_map`. 
 more dimensions, folding the unsharded ones.
 """
 
+# needs 8 devices: the pictures are of 4x2 and 2x4 meshes; elsewhere run it with JAX_PLATFORMS=cpu
 import jax
 
 jax.config.update("jax_num_cpu_devices", 8)

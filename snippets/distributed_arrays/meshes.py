@@ -3,9 +3,10 @@
 A 4x2 and a 2x4 mesh of 8 simulated CPU devices with named axes, Explicit against Auto
 axis types, `NamedSharding` with the forms of `PartitionSpec` (None, tuples of axes,
 fewer entries than dimensions), `jax.device_put`, `jax.debug.visualize_array_sharding`,
-`jax.typeof` and the shards each device holds.
+`jax.typeof` and the shards each device holds, and where a bad spec fails.
 """
 
+# needs 8 devices: the lesson is the 4x2 and 2x4 meshes; elsewhere run it with JAX_PLATFORMS=cpu
 import jax
 
 jax.config.update("jax_num_cpu_devices", 8)
@@ -59,7 +60,21 @@ jax.debug.visualize_array_sharding(on_wide)
 # --8<-- [start:axis_types]
 auto = jax.make_mesh((4, 2), ("batch", "features"), axis_types=(AxisType.Auto,) * 2)
 on_auto = jax.device_put(x, NamedSharding(auto, P("batch", "features")))
-print("Explicit:", jax.typeof(sharded), "-> sum over rows:", jax.typeof(sharded.sum(axis=0)))
-print("Auto:    ", jax.typeof(on_auto), "-> sum over rows:", jax.typeof(on_auto.sum(axis=0)))
+with jax.set_mesh(mesh):  # computations on a mesh run with it set as the current mesh
+    print("Explicit:", jax.typeof(sharded), "-> sum over rows:", jax.typeof(sharded.sum(axis=0)))
+with jax.set_mesh(auto):
+    print("Auto:    ", jax.typeof(on_auto), "-> sum over rows:", jax.typeof(on_auto.sum(axis=0)))
 print("jax.sharding.Mesh defaults to", jax.sharding.Mesh(mesh.devices, mesh.axis_names).axis_types)
 # --8<-- [end:axis_types]
+
+# %% pitfalls
+# --8<-- [start:pitfalls]
+try:
+    NamedSharding(mesh, P("nope"))  # an axis the mesh does not have: fails right here
+except ValueError as error:
+    print("NamedSharding:", error)
+try:
+    jax.device_put(jnp.zeros((6, 4)), NamedSharding(mesh, P("batch", "features")))  # 6 rows, 4 ways
+except ValueError as error:
+    print("jax.device_put:", str(error).split(". Got")[0])
+# --8<-- [end:pitfalls]

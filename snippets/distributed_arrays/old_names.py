@@ -1,15 +1,17 @@
 """Corrections to older material: names from blog posts and books, checked against JAX 0.12.
 
-Each row of the corrections table: whether the old name still exists, and the code that
-replaces it, run on 8 simulated CPU devices.
+Each row of the corrections table: whether the old name still exists (and whether it warns
+that it is deprecated), and the code that replaces it, run on 8 simulated CPU devices.
 """
 
+# needs 8 devices: the table's 2x4 mesh and 8-way pmap; elsewhere run it with JAX_PLATFORMS=cpu
 import jax
 
 jax.config.update("jax_num_cpu_devices", 8)
 
 # %% setup
 import importlib
+import warnings
 
 import jax.numpy as jnp
 import numpy as np
@@ -67,7 +69,7 @@ print("jax.tree.map:", jax.tree.map(lambda a: a.shape, params))
 
 # %% arrays
 # --8<-- [start:arrays]
-out = jax.pmap(lambda v: v + 1)(jnp.arange(8.0))
+out = jax.pmap(lambda v: v + 1)(np.arange(8.0))
 print(
     "pmap returns a jax.Array:",
     isinstance(out, jax.Array),
@@ -90,21 +92,55 @@ jitted = jax.jit(scale, out_shardings=NamedSharding(mesh, P("x", "y")))
 with jax.set_mesh(mesh):  # today's way to make a mesh current
     result = jitted(placed)
 print("jax.jit with out_shardings:", jax.typeof(result))
+
+
+def old_spelling():
+    from jax.experimental.pjit import pjit  # deprecated
+
+    with mesh:  # deprecated
+        return pjit(scale, out_shardings=NamedSharding(mesh, P("x", "y")))(placed)
+
+
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    old = old_spelling()
+print("pjit under `with mesh:` still runs:", jax.typeof(old), "and warns:")
+for warning in caught:
+    print(f"  {warning.category.__name__}: {str(warning.message).splitlines()[0]}")
 # --8<-- [end:pjit_and_mesh]
 
 # %% shard_map
 # --8<-- [start:shard_map]
-# Old: jax.experimental.shard_map.shard_map(f, mesh, in_specs, out_specs, check_rep=...)
-row_sums = jax.shard_map(
-    lambda block: block.sum(axis=1),
-    mesh=mesh,
-    in_specs=P("x", None),
-    out_specs=P("x"),
-    check_vma=True,
-)(placed)
-print("jax.shard_map:", jax.typeof(row_sums), row_sums.tolist())
+row_sums = jax.jit(
+    jax.shard_map(
+        lambda block: block.sum(axis=1),
+        mesh=mesh,
+        in_specs=P("x", None),
+        out_specs=P("x"),
+        check_vma=True,
+    )
+)
 # Old: xmap over a named axis. Today, for per-example code: vmap with spmd_axis_name.
+doubled = jax.jit(jax.vmap(lambda row: row * 2, spmd_axis_name="x"))
 with jax.set_mesh(mesh):
-    doubled = jax.vmap(lambda row: row * 2, spmd_axis_name="x")(placed)
-print("jax.vmap(..., spmd_axis_name='x'):", jax.typeof(doubled))
+    sums, twice = row_sums(placed), doubled(placed)
+print("jax.shard_map:", jax.typeof(sums), sums.tolist())
+print("jax.vmap(..., spmd_axis_name='x'):", jax.typeof(twice))
+
+
+def old_shard_map_spelling():
+    from jax.experimental.shard_map import shard_map  # deprecated
+
+    sum_rows = shard_map(
+        lambda block: block.sum(axis=1), mesh, P("x", None), P("x"), check_rep=True
+    )
+    return jax.jit(sum_rows)(placed)
+
+
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    old = old_shard_map_spelling()
+print("jax.experimental.shard_map still runs:", old.tolist(), "and warns:")
+for warning in caught:
+    print(f"  {warning.category.__name__}: {str(warning.message).splitlines()[0]}")
 # --8<-- [end:shard_map]

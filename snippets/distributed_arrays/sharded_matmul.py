@@ -4,15 +4,19 @@
 contracting dimension. For each layout: the result's sharding, the collective XLA puts in
 the compiled program (read from its HLO), and the bytes each device holds. Then control
 over intermediate shardings: `out_sharding` and `jax.reshard` on an Explicit mesh,
-`jax.lax.with_sharding_constraint` on an Auto mesh.
+`jax.lax.with_sharding_constraint` on an Auto mesh. The collectives are those of XLA:CPU;
+GPU and TPU compilers rewrite some of them (an all-reduce then a slice: a reduce-scatter).
 """
 
+# needs 8 devices: the lesson is a 2x4 mesh; elsewhere run it with JAX_PLATFORMS=cpu
 import jax
 
 jax.config.update("jax_num_cpu_devices", 8)
 
 # %% setup
 # --8<-- [start:setup]
+import re
+
 import jax.numpy as jnp
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -48,13 +52,14 @@ layouts = {
     "columns of B sharded": (P(), P(None, "y")),
     "rows of A and columns of B": (P("x", None), P(None, "y")),
 }
-for name, (spec_a, spec_b) in layouts.items():
-    a = jax.device_put(A, NamedSharding(mesh, spec_a))
-    b = jax.device_put(B, NamedSharding(mesh, spec_b))
-    c = matmul(a, b)
-    print(f"{name}: C is {jax.typeof(c)}, collectives: {', '.join(collectives(matmul, a, b))}")
-    print(f"  bytes on device 0 for A, B, C: {bytes_on_device_0(a, b, c)}")
-    jax.debug.visualize_array_sharding(c)
+with jax.set_mesh(mesh):
+    for name, (spec_a, spec_b) in layouts.items():
+        a = jax.device_put(A, NamedSharding(mesh, spec_a))
+        b = jax.device_put(B, NamedSharding(mesh, spec_b))
+        c = matmul(a, b)
+        print(f"{name}: C is {jax.typeof(c)}, collectives: {', '.join(collectives(matmul, a, b))}")
+        print(f"  bytes on device 0 for A, B, C: {bytes_on_device_0(a, b, c)}")
+        jax.debug.visualize_array_sharding(c)
 # --8<-- [end:layouts]
 
 # %% contracting
@@ -62,14 +67,22 @@ for name, (spec_a, spec_b) in layouts.items():
 a = jax.device_put(A, NamedSharding(mesh, P(None, "y")))  # columns of A over y
 b = jax.device_put(B, NamedSharding(mesh, P("y", None)))  # rows of B over y
 try:
-    matmul(a, b)
+    with jax.set_mesh(mesh):
+        matmul(a, b)
 except Exception as error:  # jax's ShardingTypeError is not public API
     print(f"{type(error).__name__}: {str(error).split('. Please')[0]}")
 # --8<-- [end:contracting]
 
+
 # %% out_sharding
 # --8<-- [start:out_sharding]
 # Each device holds a slice of the sum's terms; say where the result should live.
+def all_reduced(f, *args):
+    """The per-device shapes that the compiled program of f(*args) all-reduces."""
+    hlo = jax.jit(f).lower(*args).compile().as_text()
+    return re.findall(r"= (\w+\[[\d,]*\])\S* all-reduce(?:-start)?\(", hlo)
+
+
 with jax.set_mesh(mesh):
     for out in [P(), P("y", None)]:
 
@@ -81,6 +94,10 @@ with jax.set_mesh(mesh):
             f"out_sharding={out}: C is {jax.typeof(c)}, collectives: {', '.join(collectives(matmul_to, a, b))}"
         )
         print(f"  bytes on device 0 for A, B, C: {bytes_on_device_0(a, b, c)}")
+        print(
+            f"  all-reduced on each device: {', '.join(all_reduced(matmul_to, a, b))},"
+            f" then kept: {c.addressable_shards[0].data.shape}"
+        )
 # --8<-- [end:out_sharding]
 
 # %% reshard

@@ -1,7 +1,8 @@
 """vmap over sharded arrays: a batched dot product that stays where its data is.
 
-Two batches of vectors sharded by rows with `P("batch", None)` on a 4x2 mesh, one dot
-product per pair with `jax.vmap`, and the sharding of the result.
+Two batches of vectors sharded by rows with `P("batch", None)` over all devices, one dot
+product per pair with `jax.vmap`, and the sharding of the result. The mesh is sized from
+`jax.device_count()`: 8 simulated CPU devices here, or a machine's accelerators.
 """
 
 import jax
@@ -14,12 +15,14 @@ import jax.numpy as jnp
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-mesh = jax.make_mesh((4, 2), ("batch", "features"), axis_types=(AxisType.Explicit,) * 2)
+mesh = jax.make_mesh((jax.device_count(),), ("batch",), axis_types=(AxisType.Explicit,))
 rows = NamedSharding(mesh, P("batch", None))
 u = jax.device_put(jnp.arange(64.0).reshape(8, 8), rows)
 v = jax.device_put(jnp.ones((8, 8)), rows)
 
-dots = jax.vmap(jnp.dot)(u, v)  # one dot product per row: shape (8,)
+batched_dot = jax.jit(jax.vmap(jnp.dot))  # one dot product per row: shape (8,)
+with jax.set_mesh(mesh):
+    dots = batched_dot(u, v)
 print("u:", jax.typeof(u), " v:", jax.typeof(v))
 print("dots:", jax.typeof(dots), dots.tolist())
 jax.debug.visualize_array_sharding(dots)
@@ -27,10 +30,8 @@ jax.debug.visualize_array_sharding(dots)
 
 # %% hlo
 # --8<-- [start:hlo]
-hlo = jax.jit(jax.vmap(jnp.dot)).lower(u, v).compile().as_text()
-print(
-    "collectives in the compiled program:",
-    [c for c in ("all-reduce", "all-gather") if c in hlo] or "none",
-)
+hlo = batched_dot.lower(u, v).compile().as_text()
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+print("collectives in the compiled program:", [c for c in COLLECTIVES if c in hlo] or "none")
 print("each device holds", dots.addressable_shards[0].data.shape, "of", dots.shape)
 # --8<-- [end:hlo]

@@ -25,12 +25,15 @@ class Timing:
     iqr_s: float
     """The interquartile range: 75th minus 25th percentile (interpolated, as ``np.percentile``)."""
     repeats: int
-    """How many calls were timed."""
+    """How many calls were timed, or with ``pipeline`` above 1, how many runs of calls."""
     times_s: tuple[float, ...] = field(default=(), repr=False)
-    """Every timed call, in the order they ran."""
+    """Every timed call (or run's time per call), in the order they ran."""
+    pipeline: int = 1
+    """How many calls each timed run dispatched before waiting; the times are per call."""
 
     def __str__(self) -> str:
-        """``"1.23 ms ± 0.05 ms (median ± IQR of 10)"``, in s, ms or µs."""
+        """``"1.23 ms ± 0.05 ms (median ± IQR of 10)"``, in s, ms or µs; with ``pipeline``
+        above 1, ``"… (median ± IQR of 10 × 8 pipelined calls)"``."""
         rounded = float(f"{self.median_s:.3g}")  # so that 999.96 µs reads 1.00 ms
         unit, factor = next(
             ((u, f) for u, f in (("s", 1.0), ("ms", 1e-3)) if rounded >= f), ("µs", 1e-6)
@@ -38,8 +41,10 @@ class Timing:
         median, iqr = self.median_s / factor, self.iqr_s / factor
         # Three significant digits for the median; the IQR to the same decimal place.
         digits = 2 if rounded <= 0 else min(max(0, 2 - math.floor(math.log10(rounded / factor))), 6)
+        runs = f"{self.repeats} × {self.pipeline} pipelined calls" if self.pipeline > 1 else ""
         return (
-            f"{median:.{digits}f} {unit} ± {iqr:.{digits}f} {unit} (median ± IQR of {self.repeats})"
+            f"{median:.{digits}f} {unit} ± {iqr:.{digits}f} {unit} "
+            f"(median ± IQR of {runs or self.repeats})"
         )
 
 
@@ -48,6 +53,7 @@ def benchmark(
     *args: Any,
     warmup: int = 2,
     repeats: int = 10,
+    pipeline: int = 1,
     clock: Callable[[], float] = time.perf_counter,
     **kwargs: Any,
 ) -> Timing:
@@ -59,15 +65,24 @@ def benchmark(
     times ``repeats`` calls, each until ``jax.block_until_ready`` returns for its output,
     and reports the median and the spread rather than one number.
 
+    Waiting after every call measures latency: one call's time, Python dispatch included.
+    A training loop instead dispatches the next step while the devices still run the
+    previous one. ``pipeline=n`` measures that throughput: each timed run dispatches ``n``
+    calls back to back, waits once for all their outputs, and counts the elapsed time
+    divided by ``n``. Neither mode tells host time from device time; a trace recorded with
+    ``jax.profiler.trace`` does.
+
     Args:
         fn: the function to time, usually ``jax.jit``-ed.
         *args: positional arguments for ``fn``.
         warmup: untimed calls made first, at least 0.
-        repeats: timed calls, at least 1.
+        repeats: timed calls (or runs of ``pipeline`` calls), at least 1.
+        pipeline: calls dispatched before waiting, at least 1; 1 (the default) times each
+            call alone. All ``pipeline`` outputs are alive at once, so memory grows with it.
         clock: a function giving the time in seconds, ``time.perf_counter`` by default; it
-            is read before and after every timed call.
-        **kwargs: keyword arguments for ``fn`` (other than ``warmup``, ``repeats`` and
-            ``clock``, which are this function's).
+            is read before and after every timed call or run.
+        **kwargs: keyword arguments for ``fn`` (other than ``warmup``, ``repeats``,
+            ``pipeline`` and ``clock``, which are this function's).
 
     Returns:
         The :class:`Timing`; ``str()`` of it reads like ``"1.23 ms ± 0.05 ms (median ±
@@ -75,7 +90,8 @@ def benchmark(
 
     Raises:
         TypeError: ``fn`` or ``clock`` is not callable.
-        ValueError: ``warmup`` or ``repeats`` is out of range, or the clock went backwards.
+        ValueError: ``warmup``, ``repeats`` or ``pipeline`` is out of range, or the clock
+            went backwards.
 
     Examples:
         A fake clock that replays fixed times makes the result the same on every machine;
@@ -96,6 +112,22 @@ def benchmark(
         print(f"{timing.best_s * 1e3:.1f} ms to {timing.worst_s * 1e3:.1f} ms")
         #> 1.1 ms to 1.5 ms
         ```
+
+        Throughput: each of 3 runs dispatches 4 calls, then waits once; the times are per call:
+
+        ```python
+        import jax
+        import jax.numpy as jnp
+
+        from jaxpar import benchmark
+
+        f = jax.jit(lambda x: x @ x.T)
+        x = jnp.ones((256, 256))
+        ticks = iter([0.0, 0.0040, 1.0, 1.0048, 2.0, 2.0044])
+        timing = benchmark(f, x, repeats=3, pipeline=4, clock=ticks.__next__)
+        print(timing)
+        #> 1.10 ms ± 0.10 ms (median ± IQR of 3 × 4 pipelined calls)
+        ```
     """
     if not callable(fn):
         raise TypeError(f"benchmark needs a function to call first, got {fn!r}.")
@@ -115,13 +147,19 @@ def benchmark(
             f"repeats must be a whole number of timed calls, 1 or more, got {repeats!r}; pass "
             f"for example repeats=10."
         )
+    if isinstance(pipeline, bool) or not isinstance(pipeline, int) or pipeline < 1:
+        raise ValueError(
+            f"pipeline must be a whole number of calls dispatched before waiting, 1 or more, "
+            f"got {pipeline!r}; pass pipeline=1 to time each call alone (latency), or for "
+            f"example pipeline=8 to time calls dispatched back to back (throughput)."
+        )
     for _ in range(warmup):
         jax.block_until_ready(fn(*args, **kwargs))
     times = []
     for _ in range(repeats):
         start = clock()
-        jax.block_until_ready(fn(*args, **kwargs))
-        times.append(clock() - start)
+        jax.block_until_ready([fn(*args, **kwargs) for _ in range(pipeline)])
+        times.append((clock() - start) / pipeline)
     if min(times) < 0:
         raise ValueError(
             f"the clock went backwards: a call took {min(times)!r} s. Use a monotonic clock "
@@ -135,4 +173,5 @@ def benchmark(
         iqr_s=float(q3 - q1),
         repeats=repeats,
         times_s=tuple(times),
+        pipeline=pipeline,
     )
