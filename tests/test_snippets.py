@@ -23,7 +23,7 @@ from sitetools.snippets import (
 SNIPPETS = discover()
 IDS = [str(p.relative_to(REPO)) for p in SNIPPETS]
 # What a reader needs installed to run a snippet copied into an empty folder.
-ALLOWED_IMPORTS = {"jax", "flax", "optax", "numpy", "rich", "sklearn"}
+ALLOWED_IMPORTS = {"jax", "flax", "optax", "orbax", "grain", "numpy", "rich", "sklearn"}
 DEVICE_LINES = ["import jax", 'jax.config.update("jax_num_cpu_devices", 8)']
 # Multi-process snippets get their devices from `python -m jaxpar.launch` instead.
 LAUNCHED_LINES = [

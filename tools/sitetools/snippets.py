@@ -58,8 +58,15 @@ ENV_DEVICE_COUNT = "SITETOOLS_DEVICE_COUNT"
 GLOO_LOG = re.compile(r"\[Gloo\]|connected peer ranks")
 
 # What makes a recorded output the same on every machine: the CPU backend (the snippets
-# simulate 8 CPU devices), a fixed terminal width for rich, no colour codes.
-RUN_ENVIRONMENT = {"JAX_PLATFORMS": "cpu", "COLUMNS": "80", "NO_COLOR": "1", "TERM": "dumb"}
+# simulate 8 CPU devices), a fixed terminal width for rich, no colour codes. Deprecation
+# warnings are errors, so that a snippet stops working here before it does for a reader.
+RUN_ENVIRONMENT = {
+    "JAX_PLATFORMS": "cpu",
+    "COLUMNS": "80",
+    "NO_COLOR": "1",
+    "TERM": "dumb",
+    "PYTHONWARNINGS": "error::DeprecationWarning",
+}
 
 
 class SnippetError(Exception):
