@@ -240,3 +240,21 @@ def test_initialize_refuses_what_the_launcher_sets(monkeypatch):
     message = str(caught.value)
     assert "process_id" in message and "python -m jaxpar.launch sets" in message
     assert "leave it out" in message
+
+
+def test_ranks_end_when_the_launcher_is_killed(tmp_path):
+    """The OOM killer or a scheduler may SIGKILL the launcher itself: its ranks, and their
+    children, must not run on."""
+    job = script(tmp_path, RECORD_PIDS + "\n    time.sleep(600)\n")
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "jaxpar.launch", "--nproc", "2", str(job), str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    pids = recorded_pids(tmp_path, 2)
+    launcher.kill()
+    launcher.wait()
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(pids) == 4 and not any(alive(pid) for pid in pids)

@@ -329,3 +329,60 @@ def socket_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+# What a script can do on a cluster so that a failing rank really exits: the recipe the
+# multi-process page gives, which is what jaxpar._rank does under the launcher.
+EXIT_AT_ONCE = textwrap.dedent(
+    """
+    import os, sys, time, traceback
+    from jaxpar.distributed import initialize_distributed
+
+    def main():
+        initialize_distributed(heartbeat_timeout_seconds=60, shutdown_timeout_seconds=60)
+        import jax
+        if jax.process_index() == 1:
+            raise RuntimeError("rank 1 gives up")
+        time.sleep(60)
+
+    if __name__ == "__main__":
+        try:
+            main()
+        except BaseException:
+            traceback.print_exc()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(1)  # skip JAX's shutdown barrier: the rank really exits
+    """
+)
+
+
+def test_on_a_cluster_a_rank_that_exits_at_once_lets_the_scheduler_act(tmp_path):
+    job = tmp_path / "job.py"
+    job.write_text(EXIT_AT_ONCE, encoding="utf-8")
+    port = socket_port()
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, str(job)],
+            env={
+                **os.environ,
+                "JAXPAR_COORDINATOR": f"127.0.0.1:{port}",
+                "JAXPAR_NUM_PROCESSES": "2",
+                "JAXPAR_PROCESS_ID": str(rank),
+                "JAX_NUM_CPU_DEVICES": "1",
+                "JAX_PLATFORMS": "cpu",
+            },
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(2)
+    ]
+    try:
+        _, err = ranks[1].communicate(timeout=30)  # far less than the 60 s timeouts
+        assert ranks[1].returncode == 1, err
+        assert err.count("Traceback") == 1 and "RuntimeError: rank 1 gives up" in err
+        assert ranks[0].poll() is None  # still there: a scheduler would now end it
+    finally:
+        ranks[0].kill()
+        ranks[0].wait()

@@ -10,7 +10,9 @@ raises or exits with a non-zero status prints its traceback once, tells the laun
 they notice anything), and leaves at once with ``os._exit``, skipping the barrier. A script
 that succeeds says so and exits normally, through the barrier, as every rank arrives there.
 A rank that dies without a word (a signal, a crash in native code) closes the socket as it
-dies, which is how the launcher learns of it before the other ranks react.
+dies, which is how the launcher learns of it before the other ranks react. The other way
+round, a rank whose launcher dies (killed by the OOM killer or a scheduler) sees the socket
+close, and ends itself and its children.
 
 Started by hand, without the launcher's socket, it only runs the script.
 """
@@ -19,8 +21,9 @@ from __future__ import annotations
 
 import os
 import runpy
-import select
+import signal
 import sys
+import threading
 import traceback
 from pathlib import Path
 from types import TracebackType
@@ -47,21 +50,43 @@ def script_frames(tb: TracebackType | None, script: Path) -> TracebackType | Non
     return rest or tb
 
 
+_answered = threading.Event()
+
+
+def control_fd() -> int | None:
+    """The socket to the launcher, if this rank has one."""
+    fd = os.environ.get(ENV_CONTROL_FD)
+    return None if fd is None else int(fd)
+
+
+def watch_launcher(fd: int) -> None:
+    """Note the launcher's answers; when the launcher is gone, end this rank's process group
+    (the rank and its children), as the launcher itself would have."""
+    while True:
+        try:
+            answer = os.read(fd, 1)
+        except OSError:
+            answer = b""
+        if not answer:
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+        _answered.set()
+
+
 def tell_launcher(message: str, wait_for_answer: bool = False) -> None:
     """Send ``message`` to the launcher, if there is one; optionally wait until it has heard.
 
     The socket stays open until the process ends: its closing tells the launcher the rank
     is gone.
     """
-    fd = os.environ.get(ENV_CONTROL_FD)
+    fd = control_fd()
     if fd is None:
         return
     try:
-        os.write(int(fd), f"{message}\n".encode())
-        if wait_for_answer and select.select([int(fd)], [], [], ACK_TIMEOUT)[0]:
-            os.read(int(fd), 1)
+        os.write(fd, f"{message}\n".encode())
     except OSError:
-        pass  # the launcher is gone: carry on all the same
+        return  # the launcher is gone: carry on all the same
+    if wait_for_answer:
+        _answered.wait(ACK_TIMEOUT)
 
 
 def fail(status: int) -> None:
@@ -76,6 +101,10 @@ def run(script: str, args: list[str]) -> None:
     """Run ``script`` as ``__main__`` with ``args``, as ``python script args`` would (which
     also names the file in tracebacks as it was given)."""
     path = Path(script).resolve()
+    fd = control_fd()
+    if fd is not None:
+        os.set_inheritable(fd, False)  # the rank's children must not keep it open
+        threading.Thread(target=watch_launcher, args=(fd,), daemon=True).start()
     sys.argv = [script, *args]
     sys.path[0] = str(path.parent)  # `-m` put the working directory there; a script has its own
     try:

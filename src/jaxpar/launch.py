@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -130,6 +131,7 @@ class Launcher:
         self._failures: list[list] = []
         self._held: list[tuple[int, object, str]] = []
         self._stopping = False
+        self._controls: dict[int, socket.socket] = {}  # the sockets still being listened to
 
     def say(self, message: str) -> None:
         with self._lock:
@@ -158,14 +160,32 @@ class Launcher:
                 _thread(self._relay, rank, process.stdout, self.out),
                 _thread(self._relay, rank, process.stderr, self.err),
             ]
+            self._controls[rank] = ours
             _thread(self._listen, rank, ours)
             _thread(self._watch, rank, process)
 
     def _relay(self, rank: int, source, target) -> None:
         """Copy a process's output line by line, each line prefixed with its rank."""
         for line in source:
+            self._settle(rank)
             with self._lock:
                 self._show(rank, target, f"[rank {rank}] {line}")
+
+    def _settle(self, rank: int) -> None:
+        """Wait until what the other ranks told the launcher has been heard (at most a
+        second). A rank that dies closes its socket before its peers can notice and print
+        about it, so a line that another rank prints in reaction to the death finds that
+        socket still unread here, and waits until the death is recorded."""
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            with self._lock:
+                others = [c for r, c in self._controls.items() if r != rank]
+            try:
+                if not select.select(others, [], [], 0)[0]:
+                    return
+            except (OSError, ValueError):  # one closed meanwhile: look again
+                pass
+            time.sleep(0.01)
 
     def _show(self, rank: int, target, text: str) -> None:
         """Write, hold back or drop a line of ``rank`` (the lock is held)."""
@@ -202,8 +222,10 @@ class Launcher:
                         control.sendall(b"k")
                     except OSError:
                         pass
-        if not said:
-            self._record(rank, None)
+            if not said:
+                self._record(rank, None)
+            with self._lock:
+                del self._controls[rank]
 
     def _watch(self, rank: int, process: subprocess.Popen) -> None:
         """Record a rank's exit status: a failure unless it is 0 (a signal n gives 128 + n)."""
