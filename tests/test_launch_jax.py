@@ -219,10 +219,10 @@ def test_ctrl_c_stops_real_jax_ranks(tmp_path):
 
 
 def test_timeout_stops_real_jax_ranks(tmp_path):
-    launcher = start_launcher(tmp_path, RANK, "-1", "raise", "after", "sleep", timeout="8")
+    launcher = start_launcher(tmp_path, RANK, "-1", "raise", "after", "sleep", timeout="5")
     out, err = launcher.communicate(timeout=60)
     assert launcher.returncode == EXIT_TIMEOUT
-    assert "timeout: ranks [0, 1] still running after 8 s" in out
+    assert "timeout: ranks [0, 1] still running after 5 s" in out
     no_noise(out + err)
     assert survivors(tmp_path) == []
 
