@@ -27,7 +27,9 @@ CJK = r"[\u3400-\u9fff\uac00-\ud7af]"
 # A run of Chinese or Korean text (maybe closed by emphasis or a quote), then an English word
 # or phrase in parentheses (full- or half-width); parentheses after code or numbers, or
 # holding only code, are not glosses.
-GLOSS = re.compile(CJK + r"[*_”\"」』》]*\s?[（(]\s*(?P<english>[A-Za-z][A-Za-z0-9 .,'’/-]*?)\s*[）)]")
+GLOSS = re.compile(
+    CJK + r"[*_”\"」』》]*\s?[（(]\s*(?P<english>[A-Za-z][A-Za-z0-9 .,'’/-]*?)\s*[）)]"
+)
 INLINE_CODE = re.compile(r"`[^`]*`")
 FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 
