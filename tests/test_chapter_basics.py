@@ -101,11 +101,15 @@ def test_cache_key_calls_trace_and_compile_as_the_page_says():
         3: ["compiling"],  # committed to another device: compiled, not traced
         4: ["cache", "tracing", "compiling"],  # Explicit sharding: a new type, explained
         5: ["cache", "tracing", "compiling"],  # a tuple instead of a list, explained
+        6: ["cache", "tracing", "compiling"],  # the same arrays under jax.set_mesh
+        7: ["cache", "tracing", "compiling"],  # the same arrays with jax_enable_x64
     }
     text = "\n".join(lines)
     assert "JitTracer(float32[8@data])" in text
     assert "now f32[8@data]" in text
     assert "now <class 'tuple'> and before <class 'list'>" in text
+    assert "cache miss: abstract_mesh_context_manager differs: now AbstractMesh('data'" in text
+    assert "cache miss: jax_enable_x64 differs: now True and before False" in text
 
 
 @pytest.mark.parametrize(
@@ -127,6 +131,16 @@ def test_mlp_train_steps_donate_and_shuffle_on_the_host(snippet: str, donation: 
 def test_flax_loop_counts_every_update():
     rows = [line for line in recorded("mlp_flax_nnx")["train"].splitlines() if "step" in line]
     assert rows[-1].startswith("epoch 15  step 330  lr 0.00010")
+
+
+def test_nnx_jit_donation_deletes_arrays_taken_out_before_the_step():
+    """mlp-flax-nnx.md: the objects stay usable; an array read out of them before the
+    step is deleted by it (hence the loop's jnp.copy of optimizer.step)."""
+    out = recorded("nnx_pitfalls")["donation"].splitlines()
+    assert out == [
+        "taken out before the step, deleted: True True",
+        "read from the objects after it, deleted: False False",
+    ]
 
 
 def test_plain_jax_jit_step_loses_the_optimizer_state_and_the_fixes_keep_it():

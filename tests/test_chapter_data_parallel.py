@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 
 import jax
@@ -38,6 +39,44 @@ def test_integer_labels_train_under_set_mesh_as_on_one_device():
     )
     assert reference.groups() == jit.groups()
     assert "parameter fingerprint" in RECORDED["jit_train"]
+
+
+def test_donation_deletes_the_arrays_passed_in():
+    """modern.md: the donated parameters and optimizer state are deleted by the call, and
+    jax.device_put of an array already on the device returns it rather than a copy (so
+    each run starts from host values, not from a device_put of device arrays)."""
+    assert RECORDED["donation"].splitlines() == [
+        "donated arrays deleted: True",
+        "jax.device_put(leaf) is leaf: True",
+    ]
+
+
+def test_pmap_accuracy_is_the_single_device_accuracy():
+    """pmap-training.md: the pmap run's test accuracy, to the printed precision, is the one
+    a single device reaches with the same steps (the parameters agree to 1e-5)."""
+    one_device = re.search(
+        r"one device: loss [\d.]+, test accuracy ([\d.]+)", RECORDED["reference"]
+    )
+    pmap = re.search(r"pmap: test accuracy ([\d.]+)", RECORDED["pmap_params"])
+    assert one_device[1] == pmap[1] == "0.9579"  # the number pmap-training.md states
+    assert "pmap      vs one device: max relative difference < 1e-5: True" in RECORDED["compare"]
+
+
+def test_one_hot_labels_cost_temporaries_that_integer_labels_do_not():
+    """modern.md: on XLA:CPU, the loss and its gradient over 256 x 32,768 logits plan 0 MiB
+    of temporaries with integer labels and 64 MiB (twice the logits) with one_hot."""
+    temporaries = dict(
+        re.findall(r"^(\w+): (\d+) MiB of temporaries \(XLA:CPU\)$", RECORDED["one_hot_cost"], re.M)
+    )
+    assert temporaries == {"integer_labels": "0", "one_hot_labels": "64"}
+
+
+def test_a_contraction_sharded_on_both_sides_needs_out_sharding_under_the_mesh():
+    """modern.md: under jax.set_mesh the matmul still raises; out_sharding= settles it."""
+    recorded = RECORDED["out_sharding"]
+    assert recorded.startswith("ShardingTypeError: Contracting dimensions are sharded and it is")
+    assert "out_sharding=P(): float32[8,4]" in recorded
+    assert "out_sharding=P('data',): float32[8@data,4]" in recorded
 
 
 def test_without_set_mesh_the_integer_label_loss_raises():
@@ -83,6 +122,18 @@ def where(label: str, section: str) -> tuple[int, int, int]:
     return int(match[1]), int(match[2]), int(match[3])
 
 
+def test_sampler_gives_each_device_its_own_examples_and_reshuffles_each_epoch():
+    """coming-from-pytorch.md: a host permutation from SEED + epoch, a batch of 16 sharded
+    along "data": devices hold disjoint examples, and the next epoch has another order."""
+    held = re.findall(r"epoch (\d): devices 0-2 hold examples (\[.*\])", COUNTERPARTS["sampler"])
+    assert [epoch for epoch, _ in held] == ["0", "1"]
+    epochs = [ast.literal_eval(rows) for _, rows in held]
+    for rows in epochs:
+        examples = [e for row in rows for e in row]
+        assert len(examples) == len(set(examples)) == 6  # 2 per device on 8 devices, disjoint
+    assert epochs[0] != epochs[1]
+
+
 def test_scan_accumulation_all_reduces_inside_the_loop():
     """coming-from-pytorch.md: jit + scan over a sharded batch reduces once per micro-batch."""
     assert where("scan", "loop_collectives") == (1, 4, 0)
@@ -124,6 +175,8 @@ def test_first_example_pmap_and_jit_match_step_by_step():
     found = re.search(r"pmap: w = ([-\d.]+), b = ([-\d.]+)", LINEAR_REGRESSION["pmap_result"])
     w, b = float(found[1]), float(found[2])
     assert abs(w - 2) < 0.05 and abs(b + 1) < 0.05
+    # donate_argnums=0 deletes the parameters passed in.
+    assert LINEAR_REGRESSION["pmap_donation"].strip() == "parameters passed in deleted: True"
 
 
 def test_x0_of_a_pmap_result_compiles_to_a_collective_and_fails_on_explicit_axes():
@@ -132,7 +185,8 @@ def test_x0_of_a_pmap_result_compiles_to_a_collective_and_fails_on_explicit_axes
     dimension raises even under jax.set_mesh; out_axes=None returns a replicated value."""
     recorded = PMAP_IN_DEPTH["indexing"]
     assert "totals[0] compiles to: ['all-reduce']" in recorded
-    assert "addressable_shards[0].data: [28.]" in recorded
+    # A shard of the stack is a (1,) block; .data[0] is the value.
+    assert "addressable_shards[0].data: [28.] shape (1,) -> .data[0]: 28.0" in recorded
     assert "explicit x[0]: ShardingTypeError - Use `.at[...].get(out_sharding=)`" in recorded
     assert "out_axes=None: 28.0 shape () sharding P()" in PMAP_IN_DEPTH["out_axes"]
 

@@ -197,6 +197,10 @@ with jax.explain_cache_misses(True), jax.log_compiles(True):  # log why, and eac
     print("3:", total([jax.device_put(a, devices[-1]), b]))  # committed elsewhere: compiled
     print("4:", total([jax.device_put(a, NamedSharding(mesh, P("data"))), b]))  # new type
     print("5:", total((a, b)))  # a tuple, not a list: a new pytree structure
+    with jax.set_mesh(mesh):
+        print("6:", total([a, b]))  # the arrays of call 1, under a mesh: a new context
+    with jax.enable_x64(True):
+        print("7:", total([a, b]))  # the arrays of call 1, with 64-bit types enabled
 # --8<-- [end:cache_key]
 logging.getLogger("jax").removeHandler(reasons)
 

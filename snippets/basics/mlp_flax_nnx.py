@@ -123,7 +123,7 @@ for epoch in range(EPOCHS):
     step = jnp.copy(optimizer.step[...])  # a copy: the next train_step donates the original
     history.append((step, schedule(step), jnp.stack(losses).mean(), jnp.stack(accuracies).mean()))
 
-for epoch, (step, lr, loss, accuracy) in enumerate(jax.device_get(history)):  # one transfer
+for epoch, (step, lr, loss, accuracy) in enumerate(jax.device_get(history)):  # one wait
     if epoch % 3 == 2 or epoch == 0:
         print(
             f"epoch {epoch + 1:2d}  step {step:3d}  lr {lr:.5f}  "

@@ -78,6 +78,7 @@ def loss_fn(params, x, y):
     return -jnp.mean(jnp.take_along_axis(log_probs, y[:, None], axis=1))
 
 
+@jax.jit  # one compiled program, not one dispatch per operation
 def accuracy(params, x, y):
     return jnp.mean(jnp.argmax(batched_predict(params, x), axis=1) == y)
 
@@ -130,7 +131,7 @@ for epoch in range(EPOCHS):
         losses.append(loss)
     epoch_losses.append(jnp.stack(losses).mean())  # queued on the device; nothing waits
 
-for epoch, loss in enumerate(jax.device_get(epoch_losses)):  # one transfer, after training
+for epoch, loss in enumerate(jax.device_get(epoch_losses)):  # one wait, after training
     if epoch % 5 == 4 or epoch == 0:
         print(f"epoch {epoch + 1:2d}  train loss {loss:.4f}")
 # --8<-- [end:train]

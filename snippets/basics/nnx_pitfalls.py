@@ -4,7 +4,8 @@
 `jax.jit` works on copies of the model and the optimizer: whatever it does not return
 is lost, so a step that returns only the model trains with an optimizer that never
 leaves step 0. The fix is to return the optimizer too, or to use `nnx.jit`; both fixed
-steps donate the model and the optimizer, as a real training step should.
+steps donate the model and the optimizer, as a real training step should, which deletes
+any array taken out of them before the step.
 """
 
 import jax
@@ -128,3 +129,14 @@ for _ in range(5):
     train_step_nnx(model, optimizer, x, y)
 report("nnx.jit", model, optimizer)
 # --8<-- [end:compare]
+
+# %% donation
+# --8<-- [start:donation]
+model, optimizer = fresh_model_and_optimizer()
+step = optimizer.step[...]  # the optimizer's own array, not a copy
+kernel = model.out.kernel[...]
+train_step_nnx(model, optimizer, x, y)  # donates every array inside both objects
+print("taken out before the step, deleted:", step.is_deleted(), kernel.is_deleted())
+step, kernel = optimizer.step[...], model.out.kernel[...]  # the objects' new arrays
+print("read from the objects after it, deleted:", step.is_deleted(), kernel.is_deleted())
+# --8<-- [end:donation]

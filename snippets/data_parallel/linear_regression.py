@@ -5,7 +5,7 @@ y = 2x - 1 + noise with parameters replicated on every device and the batch spli
 across them, averaging gradients with `jax.lax.pmean`. Then the same training with
 `jax.jit` and a batch sharded by `NamedSharding`, and a check that both ways reach
 the same parameters. It uses all `jax.device_count()` devices: 8 simulated CPU devices
-here, or the machine's accelerators (1, 2, 4 or 8 of them split the 128 points evenly).
+here, or the machine's accelerators (any count that divides 128, such as 1, 2, 4, 8 or 16).
 """
 
 # --8<-- [start:devices]
@@ -86,7 +86,7 @@ losses = []  # kept on the devices: no copy to the host inside the loop
 for _ in range(1000):
     replicated, loss = pmap_update(replicated, x_split, y_split)
     losses.append(loss)
-# One transfer at the end; every device holds the same mean loss, so take the first.
+# Fetched once, at the end; every device holds the same mean loss, so take the first.
 for step, per_device in enumerate(jax.device_get(losses)):
     if step % 100 == 0:
         print(f"step {step:4d}  loss {per_device[0]:.4f}")
@@ -140,3 +140,13 @@ print(f"jit:  w = {params['w']:.4f}, b = {params['b']:.4f}")
 same = all(np.allclose(pmap_params[k], params[k], rtol=1e-5, atol=1e-6) for k in params)
 print("pmap and jit reach the same parameters:", same)
 # --8<-- [end:compare]
+
+# %% pmap_donation
+# --8<-- [start:pmap_donation]
+# donate_argnums=0: pmap_update deletes the parameters it is given; their buffers now
+# hold the new ones.
+stack = jax.tree.map(lambda x: np.stack([x] * n_devices), init_params())
+on_devices, _ = pmap_update(stack, x_split, y_split)  # NumPy arguments: nothing to donate
+updated, _ = pmap_update(on_devices, x_split, y_split)
+print("parameters passed in deleted:", all(a.is_deleted() for a in jax.tree.leaves(on_devices)))
+# --8<-- [end:pmap_donation]

@@ -4,8 +4,9 @@ The same model (a two-layer MLP on scikit-learn's 8x8 digits), the same optimize
 (Optax SGD with momentum) and the same 40 steps of 256 examples, trained on one device,
 with `jax.pmap`, with `jax.jit` and a batch sharded by `NamedSharding` (under
 `jax.set_mesh`), and with `jax.shard_map`. It also shows the error that the jit step
-raises outside `jax.set_mesh`, the naive shard_map port whose gradients are 8x too large,
-and the all-reduce that XLA inserts into the jit version. It uses all
+raises outside `jax.set_mesh`, the temporary memory a one_hot loss costs, a contraction
+that needs `out_sharding=` even under the mesh, the naive shard_map port whose gradients
+are 8x too large, and the all-reduce that XLA inserts into the jit version. It uses all
 `jax.device_count()` devices: 8 simulated CPU devices here, or the machine's accelerators
 (1, 2, 4 or 8 of them split the batch of 256 evenly).
 """
@@ -115,9 +116,12 @@ print(f"one device: loss {loss:.4f}, test accuracy {accuracy(reference):.4f}")
 
 # %% donation
 # --8<-- [start:donation]
-before = jax.device_put(initial_params)
+before = jax.device_put(initial_params)  # from the host: a new copy on the device
 after, _, _ = train_step(before, tx.init(before), *get_batch(0))
 print("donated arrays deleted:", all(a.is_deleted() for a in jax.tree.leaves(before)))
+# From the device instead, jax.device_put returns the array itself: no copy to donate.
+leaf = jax.tree.leaves(after)[0]
+print("jax.device_put(leaf) is leaf:", jax.device_put(leaf) is leaf)
 # --8<-- [end:donation]
 
 
@@ -154,7 +158,7 @@ losses = []
 for step in range(STEPS):
     params, opt_state, loss = pmap_train_step(params, opt_state, *split(get_batch(step)))
     losses.append(loss)  # stays on the devices: no wait for the step to finish
-for step, loss in enumerate(jax.device_get(losses)):  # one transfer, after the loop
+for step, loss in enumerate(jax.device_get(losses)):  # fetched after the loop, one wait
     if step % 20 == 0 or step == STEPS - 1:
         print(f"step {step:3d}  loss {loss[0]:.4f}")
 # --8<-- [end:pmap_train]
@@ -210,6 +214,49 @@ except Exception as error:
     first_line = f"{type(error).__name__}: {str(error).splitlines()[0]}"
     print(textwrap.fill(first_line, 88, subsequent_indent="  "))
 # --8<-- [end:no_set_mesh]
+
+# %% one_hot_cost
+# --8<-- [start:one_hot_cost]
+# What one_hot would cost a language model: compile the loss and its gradient for logits
+# of a batch of 256 over a vocabulary of 32,768 (32 MiB of float32) and read the
+# temporary memory XLA plans for it.
+VOCABULARY = 32_768
+logits_type = jax.ShapeDtypeStruct((256, VOCABULARY), jnp.float32)
+labels_type = jax.ShapeDtypeStruct((256,), jnp.int32)
+
+
+def integer_labels(logits, labels):
+    return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+
+
+def one_hot_labels(logits, labels):
+    return optax.softmax_cross_entropy(logits, jax.nn.one_hot(labels, VOCABULARY)).mean()
+
+
+backend = f"XLA:{jax.default_backend().upper()}"  # where this is compiled
+for cross_entropy in (integer_labels, one_hot_labels):
+    with_gradient = jax.jit(jax.value_and_grad(cross_entropy))
+    memory = with_gradient.lower(logits_type, labels_type).compile().memory_analysis()
+    temporaries = memory.temp_size_in_bytes / 2**20
+    print(f"{cross_entropy.__name__}: {temporaries:.0f} MiB of temporaries ({backend})")
+# --8<-- [end:one_hot_cost]
+
+# %% out_sharding
+# --8<-- [start:out_sharding]
+# A contraction over a dimension sharded on both sides: each device holds a partial sum,
+# and the result could be summed onto every device or split among them. Under the mesh
+# this is still ambiguous; out_sharding says which.
+lhs = jax.device_put(np.ones((8, 16), np.float32), NamedSharding(mesh, P(None, "data")))
+rhs = jax.device_put(np.ones((16, 4), np.float32), NamedSharding(mesh, P("data", None)))
+matmul = jax.jit(jnp.matmul, static_argnames="out_sharding")
+with jax.set_mesh(mesh):
+    try:
+        matmul(lhs, rhs)
+    except Exception as error:
+        print(textwrap.fill(f"{type(error).__name__}: {str(error).splitlines()[0]}", 88))
+    for spec in (P(), P("data")):  # summed onto every device, or split by rows
+        print(f"out_sharding={spec}:", jax.typeof(matmul(lhs, rhs, out_sharding=spec)))
+# --8<-- [end:out_sharding]
 
 # %% hlo
 # --8<-- [start:hlo]

@@ -118,8 +118,10 @@ print("stack of copies:", totals.shape, totals.sharding.spec)
 # to every device. The compiled indexing holds a collective (recorded on XLA:CPU).
 hlo = jax.jit(lambda t: t[0]).lower(totals).compile().as_text()
 print("totals[0] compiles to:", COLLECTIVE.findall(hlo))
-# The copy that already lives on the first device, read without communication:
-print("addressable_shards[0].data:", totals.addressable_shards[0].data)
+# The copy that already lives on the first device, read without communication. A shard
+# of the stack is a block of one row, shape (1,): .data[0] is the value itself.
+block = totals.addressable_shards[0].data
+print("addressable_shards[0].data:", block, "shape", block.shape, "-> .data[0]:", block[0])
 
 # On an Explicit mesh, x[0] of a sharded dimension is an error, even in one process and
 # with the mesh set: JAX will not insert that communication without being told.

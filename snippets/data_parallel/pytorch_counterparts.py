@@ -2,11 +2,12 @@
 
 Each PyTorch idiom a DDP user relies on, next to its JAX counterpart on a mesh of all
 `jax.device_count()` devices (8 simulated CPU devices here): `dist.all_reduce` as
-`jax.lax.psum` inside `shard_map`, `DistributedSampler` as a batch sharded along the mesh
-(reshuffled each epoch with a key), and gradient accumulation over micro-batches of a
-sharded batch. The compiled HLO shows where the gradient all-reduce runs: inside the loop
-with `jax.lax.scan` under `jax.jit`, once after the loop when the gradients are accumulated
-per device inside `shard_map` (DDP's `no_sync`), and on every call of `optax.MultiSteps`.
+`jax.lax.psum` inside `shard_map`, `DistributedSampler` as a shuffle on the host seeded
+with `seed + epoch` and a batch sharded along the mesh, and gradient accumulation over
+micro-batches of a sharded batch. The compiled HLO shows where the gradient all-reduce
+runs: inside the loop with `jax.lax.scan` under `jax.jit`, once after the loop when the
+gradients are accumulated per device inside `shard_map` (DDP's `no_sync`), and on every
+call of `optax.MultiSteps`.
 """
 
 import jax
@@ -40,15 +41,18 @@ print("every device after psum:", all_reduce(ranks).tolist())
 
 # %% sampler
 # --8<-- [start:sampler]
-# PyTorch: DistributedSampler(dataset, num_replicas=8, rank=r) + sampler.set_epoch(epoch)
-dataset_size, batch_size = 64, 16
-key = jax.random.key(0)
+# PyTorch: DistributedSampler(dataset, num_replicas=8, rank=r, seed=SEED) + set_epoch(epoch)
+dataset = np.arange(64, dtype=np.int32)  # example i is the number i
+SEED, batch_size = 0, 16
 for epoch in range(2):
-    epoch_key = jax.random.fold_in(key, epoch)  # a new key for every epoch
-    order = jax.random.permutation(epoch_key, dataset_size)
-    indices = jax.device_put(order[:batch_size], NamedSharding(mesh, P("data")))
-    held = [shard.data.tolist() for shard in indices.addressable_shards[:3]]
-    print(f"epoch {epoch}: devices 0-2 get examples {held}")
+    # Like set_epoch: the order of the epoch comes from SEED + epoch, drawn on the host.
+    order = np.random.default_rng(SEED + epoch).permutation(len(dataset))
+    global_batch = dataset[order[:batch_size]]  # the epoch's first batch of 16
+    # One process: put the whole batch on the mesh. With several, each process passes its
+    # own rows to jax.make_array_from_process_local_data instead.
+    batch = jax.device_put(global_batch, NamedSharding(mesh, P("data")))
+    held = [shard.data.tolist() for shard in batch.addressable_shards[:3]]
+    print(f"epoch {epoch}: devices 0-2 hold examples {held}")
 # --8<-- [end:sampler]
 
 # %% accumulation

@@ -172,11 +172,10 @@ class Launcher:
                 self._show(rank, target, f"[rank {rank}] {line}")
 
     def _settle(self, rank: int) -> None:
-        """Wait until what the other ranks told the launcher has been heard (at most a
-        second). A rank that dies closes its socket before its peers can notice and print
+        """Wait until what the other ranks told the launcher has been heard. A rank that dies closes its socket before its peers can notice and print
         about it, so a line that another rank prints in reaction to the death finds that
         socket still unread here, and waits until the death is recorded."""
-        deadline = time.monotonic() + 1.0
+        deadline = time.monotonic() + GRACE_SECONDS  # only a listener that hangs waits this long
         while time.monotonic() < deadline:
             with self._lock:
                 others = [c for r, c in self._controls.items() if r != rank]
@@ -344,7 +343,12 @@ def launch(config: LaunchConfig, out=None, err=None) -> int:
     if config.port is not None:
         check_port(config.port)
     launcher = Launcher(config, out, err)
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    # Ctrl-C and SIGTERM stop the ranks, even when the launcher was started by a process
+    # that ignores SIGINT (as a background job's is).
+    previous = {
+        sig: signal.signal(sig, handler)
+        for sig, handler in ((signal.SIGTERM, _raise_interrupt), (signal.SIGINT, _raise_interrupt))
+    }
     try:
         launcher.start()
         return launcher.wait()
@@ -353,7 +357,8 @@ def launch(config: LaunchConfig, out=None, err=None) -> int:
         launcher.stop()
         return EXIT_INTERRUPTED
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _raise_interrupt(signum, frame):  # SIGTERM to the launcher stops the ranks as Ctrl-C does
