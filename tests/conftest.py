@@ -18,7 +18,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     so that it builds beside the others."""
 
     def order(item: pytest.Item) -> tuple[bool, bool]:
-        runs_a_snippet = item.name.startswith(("test_snippet_output", "test_snippet_runs"))
+        runs_a_snippet = item.name.startswith(("test_snippet_output", "test_snippets_run"))
         return "site" in item.fixturenames, not runs_a_snippet
 
     items.sort(key=order)

@@ -18,6 +18,7 @@ from sitetools.snippets import (
     output_path,
     parse_cells,
     run,
+    run_on_fewer_devices,
 )
 
 SNIPPETS = discover()
@@ -93,27 +94,21 @@ def test_snippet_follows_conventions(snippet: Path):
 
 # A reader's machine with 1 or 4 accelerators: every snippet whose lesson does not need
 # exactly 8 devices must run there too (its output differs; it must not fail). Each snippet
-# runs on one of the two counts, in turn, so that both are exercised at half the cost.
+# runs on one of the two counts, in turn, so that both are exercised at half the cost, and
+# the snippets of one count run in one process, which imports JAX once.
 FEWER_DEVICES = (1, 4)
-ADAPTING = [
-    (snippet, FEWER_DEVICES[index % len(FEWER_DEVICES)])
-    for index, snippet in enumerate(
-        s for s in SNIPPETS if launch_arguments(s) is None and needed_devices(s) is None
-    )
-]
+ADAPTING = [s for s in SNIPPETS if launch_arguments(s) is None and needed_devices(s) is None]
 
 
-@pytest.mark.parametrize(
-    ("snippet", "devices"),
-    ADAPTING,
-    ids=[f"{p.relative_to(REPO)}-{n}" for p, n in ADAPTING],
-)
-def test_snippet_runs_on_fewer_devices(snippet: Path, devices: int):
-    result = run(snippet, devices=devices)
+@pytest.mark.parametrize("devices", FEWER_DEVICES)
+def test_snippets_run_on_fewer_devices(devices: int):
+    turn = FEWER_DEVICES.index(devices)
+    snippets = ADAPTING[turn :: len(FEWER_DEVICES)]
+    result = run_on_fewer_devices(snippets, devices)
     assert result.returncode == 0, (
-        f"{snippet.relative_to(REPO)} fails on {devices} devices, as it would on a reader's "
-        f"machine with {devices} accelerators. Size its meshes from jax.device_count(), or, "
-        f"if the lesson needs exactly 8 devices, say so in a line "
+        f"on {devices} devices, as on a reader's machine with {devices} accelerators, "
+        f"a snippet fails (below). Size its meshes from jax.device_count(), or, if the "
+        f"lesson needs exactly 8 devices, say so in a line "
         f"'# needs 8 devices: <why, and how to run it elsewhere>':\n{result.stderr}"
     )
 

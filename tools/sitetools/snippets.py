@@ -147,11 +147,12 @@ def strip_section_markers(text: str) -> str:
     )
 
 
-def run_in_process(snippet: Path) -> int:
+def run_in_process(snippet: Path, first: bool = True) -> int:
     """Run a snippet cell by cell in this process, printing its marked output.
 
     Returns the exit status: 0, or 1 after printing the traceback of a failing cell
-    (with the snippet's own file and line numbers) to standard error.
+    (with the snippet's own file and line numbers) to standard error. A snippet that is
+    not the ``first`` this process runs skips its device-count line: the devices exist.
     """
     os.environ.update(RUN_ENVIRONMENT)
     snippet = snippet.resolve()
@@ -159,6 +160,9 @@ def run_in_process(snippet: Path) -> int:
     sys.path.insert(0, str(snippet.parent))
     namespace = {"__name__": "__main__", "__file__": str(snippet), "__builtins__": builtins}
     devices = os.environ.get(ENV_DEVICE_COUNT)
+    device_line = DEVICE_COUNT_LINE.replace("8", devices) if devices is not None else None
+    if not first:
+        device_line = "pass  # the devices exist already"
     # Written in one piece at the end, so that native libraries writing to the same
     # stream (Gloo, in multi-process runs) cannot cut into a line.
     output: list[str] = []
@@ -166,8 +170,8 @@ def run_in_process(snippet: Path) -> int:
         captured = io.StringIO()
         # Padding with newlines keeps tracebacks pointing at the real lines of the file.
         source = cell.source
-        if devices is not None:
-            source = source.replace(DEVICE_COUNT_LINE, DEVICE_COUNT_LINE.replace("8", devices))
+        if device_line is not None:
+            source = source.replace(DEVICE_COUNT_LINE, device_line)
         code = compile("\n" * (cell.first_line - 1) + source, str(snippet), "exec")
         try:
             with contextlib.redirect_stdout(captured):
@@ -219,6 +223,20 @@ def needed_devices(snippet: Path) -> int | None:
     """The device count a snippet's lesson needs exactly (its ``# needs N devices:`` line)."""
     match = NEEDS_DEVICES_MARKER.search(snippet.read_text(encoding="utf-8"))
     return int(match["count"]) if match else None
+
+
+def run_on_fewer_devices(snippets: list[Path], devices: int, timeout: float = 300) -> RunResult:
+    """Run snippets one after the other in one fresh process on ``devices`` simulated
+    devices, as a reader's machine with fewer accelerators would: a check that each runs,
+    whose output is not compared. One process for them all saves importing JAX each time;
+    ``stderr`` names every snippet that failed, with its traceback."""
+    env = {**os.environ, **RUN_ENVIRONMENT, "PYTHONPATH": str(REPO / "tools")}
+    env[ENV_DEVICE_COUNT] = str(devices)
+    command = [sys.executable, "-m", "sitetools.snippets", "run", *map(str, snippets)]
+    process = subprocess.run(
+        command, capture_output=True, text=True, env=env, timeout=timeout, cwd=REPO
+    )
+    return RunResult(snippets[0], process.returncode, process.stdout, process.stderr)
 
 
 def run(snippet: Path, timeout: float = 300, devices: int | None = None) -> RunResult:
@@ -303,15 +321,18 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m sitetools.snippets", description=__doc__.split("\n")[0]
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    run_parser = commands.add_parser("run", help="run one snippet and print its marked output")
-    run_parser.add_argument("snippet", type=Path)
+    run_parser = commands.add_parser(
+        "run", help="run snippets one after the other in this process, printing their output"
+    )
+    run_parser.add_argument("snippets", type=Path, nargs="+")
     record_parser = commands.add_parser(
         "record", help="re-record .out files (all snippets by default)"
     )
     record_parser.add_argument("snippets", type=Path, nargs="*")
     args = parser.parse_args(argv)
     if args.command == "run":
-        return run_in_process(args.snippet)
+        failed = [p for i, p in enumerate(args.snippets) if run_in_process(p, first=i == 0)]
+        return 1 if failed else 0
     snippets = [p.resolve() for p in args.snippets] or discover()
     return 1 if record(snippets) else 0
 
