@@ -83,6 +83,16 @@ def test_vmap_over_sharded_rows_keeps_the_sharding_without_communication():
     assert "each device holds (1,) of (8,)" in vmap["hlo"]
 
 
+def test_vmap_over_differently_sharded_inputs_raises_until_resharded():
+    """vmap.md's pitfall: rows against columns raise; jax.reshard fixes it."""
+    mismatch = recorded("vmap_sharded")["mismatch"]
+    assert mismatch.startswith(
+        "ValueError: Mapped away dimension of inputs passed to vmap should be sharded the same."
+    )
+    assert "inconsistent axis specs: batch vs None" in mismatch
+    assert "after jax.reshard: float32[8@batch] [28.0, 92.0," in mismatch
+
+
 def test_a_missing_axis_fails_in_named_sharding_an_uneven_split_in_device_put():
     """meshes.md: the two pitfalls fail in different places, with these messages."""
     lines = recorded("meshes")["pitfalls"].splitlines()

@@ -26,10 +26,13 @@ def test_the_parameters_are_born_sharded():
     assert held["tensor parallel"][0] * 3 < held["tensor parallel"][1]  # about a quarter
 
 
-def test_an_annotated_parameter_needs_a_mesh():
+def test_an_annotated_parameter_needs_a_mesh_unless_eager_sharding_is_off():
     assert RECORDED["no_mesh"].startswith(
         "ValueError: An auto mesh context or metadata is required if creating a variable"
     )
+    # With nnx.use_eager_sharding(False) it is created whole, on one device, annotated.
+    assert "eager sharding off: float32[64,128] on 1 device," in RECORDED["no_mesh"]
+    assert "annotation kept: P(('data', 'model'), None)" in RECORDED["no_mesh"]
 
 
 def test_sharding_divides_the_parameter_and_optimizer_bytes_each_device_holds():
@@ -54,13 +57,55 @@ def test_a_plain_jitted_init_replicates_the_momentum():
     assert part == total
 
 
-def test_fsdp_gathers_parameters_on_xla_cpu():
+def test_fsdp_gathers_each_sharded_parameter_once_on_xla_cpu():
     lines = {
         line.split(":")[0]: line for line in RECORDED["compare"].splitlines() if ": loss" in line
     }
-    assert all("collectives in the step (XLA:CPU): all-reduce" in line for line in lines.values())
-    assert "all-gather" in lines["FSDP"]
+    assert all(re.search(r"\(XLA:CPU\): \d all-reduce", line) for line in lines.values())
+    # Three sharded parameters (hidden kernel and bias, out kernel), gathered once each:
+    # nothing gathers them again for the backward pass.
+    assert lines["FSDP"].endswith("1 all-reduce, 3 all-gather")
     assert "all-gather" not in lines["tensor parallel"]
+
+
+def step_memory() -> dict[str, tuple[int, int, int]]:
+    """Layout -> (arguments, temporaries, donated) bytes per device of the compiled step."""
+    found = re.findall(
+        r"(\w[\w ]*): loss (?:.*\n  ){3}compiled step per device \(XLA:CPU\): "
+        r"arguments (\d+), temporaries (\d+), donated (\d+) bytes",
+        RECORDED["compare"],
+    )
+    return {name: tuple(map(int, numbers)) for name, *numbers in found}
+
+
+def test_fsdp_saves_stored_state_not_the_step_temporaries():
+    """model-sharding.md: 18000 against 85200 bytes of arguments, 77096 against 77032 of
+    temporaries, on XLA:CPU."""
+    memory = step_memory()
+    assert set(memory) == {"replicated", "FSDP", "tensor parallel"}
+    assert memory["replicated"][:2] == (85200, 77032)
+    assert memory["FSDP"][:2] == (18000, 77096)
+    assert memory["FSDP"][0] * 4 < memory["replicated"][0]
+    assert abs(memory["FSDP"][1] - memory["replicated"][1]) < memory["replicated"][1] / 100
+
+
+def test_donation_reuses_the_parameter_and_optimizer_state_memory():
+    held = dict(
+        re.findall(
+            r"(\w[\w ]*): loss .*\n  parameter bytes on device 0: (\d+)", RECORDED["compare"]
+        )
+    )
+    for name, (_, _, donated) in step_memory().items():
+        assert donated == 2 * int(held[name])  # parameters and momentum, the same size
+    assert (
+        "parameters donated to a step deleted by it, in every layout: True" in RECORDED["compare"]
+    )
+
+
+def test_tensor_parallelism_on_explicit_axes_asks_for_an_out_sharding():
+    assert RECORDED["explicit_tp"].startswith(
+        "ShardingTypeError: Contracting dimensions are sharded and it is ambiguous"
+    )
 
 
 def test_every_layout_matches_one_device_loss_and_parameters():

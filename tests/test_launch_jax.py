@@ -1,6 +1,6 @@
 """The launcher with real ``jax.distributed`` ranks: a failing rank ends the whole run fast.
 
-Each case starts 2 ranks of 2 simulated CPU devices that join ``jax.distributed``; one of
+Each case starts 2 ranks of 1 simulated CPU device each that join ``jax.distributed``; one of
 them fails (raises, exits with a status, or is killed as the OOM killer would) at a chosen
 moment while the other sleeps, computes or waits inside a collective. The run must end
 within seconds of the failure with that rank's status, its traceback once, one launcher
@@ -109,21 +109,21 @@ class Case:
         return {"raise": 1, "exit": 3, "kill": 128 + signal.SIGKILL}[self.how]
 
 
+# Every failure kind, by the coordinator (rank 0) and by another rank, before, during and
+# after a collective, while the other rank sleeps, computes or waits inside a collective.
 CASES = [
     Case(1, "raise", "before", "collective"),
-    Case(1, "raise", "after", "sleep"),
-    Case(0, "raise", "during", "collective"),
-    Case(1, "exit", "after", "compute"),
-    Case(0, "exit", "before", "sleep"),
+    Case(0, "exit", "after", "sleep"),
     Case(1, "kill", "during", "collective"),
     Case(0, "kill", "after", "compute"),
+    Case(0, "raise", "during", "collective"),
 ]
 
 
 def start_launcher(folder: Path, source: str, *args: str, timeout: str | None = None):
     job = folder / "job.py"
     job.write_text(source, encoding="utf-8")
-    options = ["--nproc", "2", "--devices-per-process", "2"]
+    options = ["--nproc", "2", "--devices-per-process", "1"]
     if timeout:
         options += ["--timeout", timeout]
     return subprocess.Popen(
@@ -197,7 +197,7 @@ def test_a_successful_run_ends_cleanly_and_promptly(tmp_path):
     ended = time.time()
     assert launcher.returncode == 0, out + err
     printed = [float(line.split(" at ")[1]) for line in out.splitlines() if " at " in line]
-    assert len(printed) == 2 and "total 4.0" in out
+    assert len(printed) == 2 and "total 2.0" in out
     assert ended - max(printed) < EXIT_SUCCESS_BOUND, f"{ended - max(printed):.2f} s"
     no_noise(out + err)
     assert "barrier" not in (out + err).lower()

@@ -1,8 +1,9 @@
 """Measuring sharded code honestly with jaxpar.benchmark: warm-up, blocking, the median.
 
 A 1024x1024 matrix product, unsharded on one device and sharded by rows over all devices
-(8 simulated CPU devices here, or a machine's accelerators), timed with `jaxpar.benchmark`:
-one call at a time (latency), then calls dispatched back to back (throughput). The timings
+(8 simulated CPU devices here, or a machine's accelerators if their count divides 1024),
+timed with `jaxpar.benchmark`: one call at a time (latency), then independent calls
+dispatched back to back (throughput). The timings
 go to standard error: they depend on the machine, so the recorded output (and the page)
 shows only the method and the checks.
 """
@@ -43,7 +44,8 @@ print("ready after block_until_ready:", result.is_ready())
 one_device = benchmark(matmul, a, b, warmup=2, repeats=10)
 with jax.set_mesh(mesh):
     sharded = benchmark(matmul, a_rows, b_everywhere, warmup=2, repeats=10)
-    # Throughput: 4 calls dispatched back to back, then one wait; the time is per call.
+    # Throughput: 4 independent calls dispatched back to back, then one wait; the time is
+    # per call.
     pipelined = benchmark(matmul, a_rows, b_everywhere, warmup=2, repeats=5, pipeline=4)
     same = np.allclose(matmul(a_rows, b_everywhere), result, atol=1e-3)
 print(f"timed {one_device.repeats} calls each, after 2 warm-up calls that include compilation")

@@ -1,8 +1,10 @@
 """vmap over sharded arrays: a batched dot product that stays where its data is.
 
 Two batches of vectors sharded by rows with `P("batch", None)` over all devices, one dot
-product per pair with `jax.vmap`, and the sharding of the result. The mesh is sized from
-`jax.device_count()`: 8 simulated CPU devices here, or a machine's accelerators.
+product per pair with `jax.vmap`, and the sharding of the result; then what happens when
+the two batches are sharded differently. The mesh is sized from `jax.device_count()`: 8
+simulated CPU devices here, or a machine's accelerators, as long as their count divides
+the 8 rows (1, 2, 4 or 8).
 """
 
 import jax
@@ -30,8 +32,25 @@ jax.debug.visualize_array_sharding(dots)
 
 # %% hlo
 # --8<-- [start:hlo]
-hlo = batched_dot.lower(u, v).compile().as_text()
+with jax.set_mesh(mesh):
+    hlo = batched_dot.lower(u, v).compile().as_text()
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
-print("collectives in the compiled program:", [c for c in COLLECTIVES if c in hlo] or "none")
+found = [c for c in COLLECTIVES if f" {c}(" in hlo or f" {c}-start(" in hlo]
+print("collectives in the compiled program:", found or "none")
 print("each device holds", dots.addressable_shards[0].data.shape, "of", dots.shape)
 # --8<-- [end:hlo]
+
+# %% mismatch
+# --8<-- [start:mismatch]
+import textwrap
+
+v_columns = jax.device_put(v, NamedSharding(mesh, P(None, "batch")))  # split by columns
+with jax.set_mesh(mesh):
+    try:
+        batched_dot(u, v_columns)
+    except ValueError as error:
+        print(textwrap.fill(f"ValueError: {error}", 88, subsequent_indent="  "))
+    # Choose one layout for both: here v's rows move to where u's are.
+    dots = batched_dot(u, jax.reshard(v_columns, P("batch", None)))
+print("after jax.reshard:", jax.typeof(dots), dots.tolist())
+# --8<-- [end:mismatch]

@@ -6,8 +6,9 @@ replicated (plain data parallelism), fully sharded (FSDP), and tensor-parallel (
 column-parallel then a row-parallel layer). The model is created inside `jax.jit` under
 `jax.set_mesh`, so each parameter is born in its shards; without a mesh, creating it
 raises. For each layout: the parameter and optimizer-state bytes each device holds, the
-collectives in the compiled training step, and the trained parameters compared with
-training on a single device.
+collectives and the memory of the compiled training step (XLA:CPU), and the trained
+parameters compared with training on a single device. Last, the tensor-parallel model on
+Explicit axes, where the row-parallel product asks for an `out_sharding`.
 """
 
 import jax
@@ -133,6 +134,10 @@ try:
     create("FSDP")  # annotated parameters, and no mesh to shard them on
 except ValueError as error:
     print(textwrap.fill(f"ValueError: {str(error).splitlines()[0]}", 88, subsequent_indent="  "))
+with nnx.use_eager_sharding(False):  # the annotation is only recorded, not applied
+    kernel = create("FSDP").hidden.kernel
+print("eager sharding off:", jax.typeof(kernel[...]), "on", len(kernel[...].devices()), "device,")
+print("  annotation kept:", nnx.get_partition_spec(kernel).get_value())
 # --8<-- [end:no_mesh]
 
 
@@ -163,13 +168,14 @@ def train(name, mesh=mesh):
         return optax.apply_updates(params, updates), opt_state, loss
 
     batch_sharding = NamedSharding(mesh, layouts[name][1])
+    initial = params  # donated to the first step: deleted by it
     with jax.set_mesh(mesh):
         for step in range(STEPS):
             x, y = jax.device_put(get_batch(step), batch_sharding)
             params, opt_state, loss = train_step(params, opt_state, x, y)
-        hlo = train_step.lower(params, opt_state, x, y).compile().as_text()
-    collectives = [c for c in COLLECTIVES if re.search(rf"\b{c}(-start)?\(", hlo)]
-    return params, opt_state, float(loss), collectives
+        compiled = train_step.lower(params, opt_state, x, y).compile()
+    deleted = all(leaf.is_deleted() for leaf in jax.tree.leaves(initial))
+    return params, opt_state, float(loss), compiled, deleted
 
 
 # --8<-- [end:train]
@@ -190,15 +196,24 @@ print(
 
 # %% compare
 # --8<-- [start:compare]
-trained = {}
+trained, deleted = {}, []
 for name in layouts:
-    params, opt_state, loss, collectives = train(name)
+    params, opt_state, loss, compiled, donated_deleted = train(name)
     trained[name] = params
+    deleted.append(donated_deleted)
+    hlo, memory = compiled.as_text(), compiled.memory_analysis()
+    counts = {c: len(re.findall(rf"\b{c}(-start)?\(", hlo)) for c in COLLECTIVES}
+    collectives = ", ".join(f"{n} {c}" for c, n in counts.items() if n) or "none"
     total = sum(leaf.nbytes for leaf in jax.tree.leaves(params))
-    print(f"{name}: loss {loss:.4f}, collectives in the step (XLA:CPU): {', '.join(collectives)}")
+    print(f"{name}: loss {loss:.4f}, collectives in the step (XLA:CPU): {collectives}")
     print(f"  parameter bytes on device 0: {bytes_on_device_0(params)} of {total}")
     print(f"  optimizer state bytes on device 0: {bytes_on_device_0(opt_state)} of {total}")
+    print(
+        f"  compiled step per device (XLA:CPU): arguments {memory.argument_size_in_bytes},"
+        f" temporaries {memory.temp_size_in_bytes}, donated {memory.alias_size_in_bytes} bytes"
+    )
     print("  hidden kernel spec:", params["hidden"]["kernel"][...].sharding.spec)
+print("parameters donated to a step deleted by it, in every layout:", all(deleted))
 # --8<-- [end:compare]
 
 
@@ -216,12 +231,26 @@ def max_relative_difference(a, b):
 one_device = jax.make_mesh(
     (1, 1), ("data", "model"), axis_types=(AxisType.Auto,) * 2, devices=jax.devices()[:1]
 )
-reference, _, reference_loss, _ = train("replicated", mesh=one_device)
+reference, _, reference_loss, _, _ = train("replicated", mesh=one_device)
 print(f"one device: loss {reference_loss:.4f}")
 for name in ("replicated", "FSDP", "tensor parallel"):
     difference = max_relative_difference(reference, trained[name])
     print(f"{name} vs one device: max relative difference < 1e-5: {difference < 1e-5}")
 # --8<-- [end:same_result]
+
+# %% explicit_tp
+# --8<-- [start:explicit_tp]
+# The same mesh with Explicit axes: shardings are part of the types.
+explicit = jax.make_mesh(mesh.axis_sizes, mesh.axis_names, axis_types=(AxisType.Explicit,) * 2)
+with jax.set_mesh(explicit):
+    model = create("tensor parallel")
+    x = jax.device_put(x_train[:BATCH], NamedSharding(explicit, P("data")))
+    try:
+        jax.jit(lambda model, x: model(x))(model, x)
+    except Exception as error:  # ShardingTypeError
+        line = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+        print(textwrap.fill(line, 88, subsequent_indent="  "))
+# --8<-- [end:explicit_tp]
 
 # %% picture
 # --8<-- [start:picture]

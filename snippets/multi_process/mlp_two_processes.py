@@ -172,6 +172,17 @@ try:
     x[0]
 except Exception as error:
     print0("Explicit axes, x[0]:\n" + first_line(error))
+with jax.set_mesh(mesh):
+    # What the error suggests still fails, inside jax.jit, on a sharded dimension.
+    try:
+        jax.jit(lambda a: a.at[0].get(out_sharding=P()))(x)
+    except Exception as error:
+        print0("x.at[0].get(out_sharding=P()) in jax.jit:\n" + first_line(error))
+    # A collective read through Auto axes, which every process must run.
+    row = jax.sharding.auto_axes(lambda a: a[0], out_sharding=P())(x)
+print0("auto_axes(lambda a: a[0], out_sharding=P())(x):", jax.typeof(row))
+# A local read of this process's first shard: no communication.
+print0("x.addressable_shards[0].data[0]:", jax.typeof(x.addressable_shards[0].data[0]))
 
 # Fetching a global array that is not replicated: no process holds all of it.
 try:

@@ -5,9 +5,10 @@ The launcher starts every rank as ``python -m jaxpar._rank SCRIPT ARGS``, which 
 ends. Once ``jax.distributed`` is initialised, a plain Python exit runs JAX's shutdown
 barrier, which waits for every other rank (5 minutes by default) and then aborts with C++
 stack traces: a rank whose script raised would hang the whole run. Here, a script that
-raises or exits with a non-zero status prints its traceback once, tells the launcher
-(through the socket the launcher passed, so that the launcher mutes the other ranks before
-they notice anything), and leaves at once with ``os._exit``, skipping the barrier. A script
+raises has its traceback printed once; then, as for one that exits with a non-zero status,
+the runner tells the launcher (through the socket the launcher passed, so that the launcher
+mutes the other ranks before they notice anything) and leaves at once with ``os._exit``,
+skipping the barrier. A script
 that succeeds says so and exits normally, through the barrier, as every rank arrives there.
 A rank that dies without a word (a signal, a crash in native code) closes the socket as it
 dies, which is how the launcher learns of it before the other ranks react. The other way
@@ -19,6 +20,7 @@ Started by hand, without the launcher's socket, it only runs the script.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import runpy
 import signal
@@ -30,6 +32,7 @@ from types import TracebackType
 
 ENV_CONTROL_FD = "JAXPAR_CONTROL_FD"
 ACK_TIMEOUT = 5.0
+HIGH_FD = 1000  # below the usual limit of 1024 open files
 
 
 def exit_status(code: object) -> int:
@@ -103,8 +106,17 @@ def run(script: str, args: list[str]) -> None:
     path = Path(script).resolve()
     fd = control_fd()
     if fd is not None:
-        os.set_inheritable(fd, False)  # the rank's children must not keep it open
-        threading.Thread(target=watch_launcher, args=(fd,), daemon=True).start()
+        # A high descriptor, closed on exec: when a process dies, Linux releases its sockets
+        # from the highest descriptor down, so the launcher hears of the death before any
+        # peer can, through the sockets JAX opens later, at lower numbers.
+        try:
+            high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, HIGH_FD)
+            os.close(fd)
+        except OSError:  # a limit of open files under HIGH_FD: keep the one we have
+            high = fd
+            os.set_inheritable(fd, False)
+        os.environ[ENV_CONTROL_FD] = str(high)
+        threading.Thread(target=watch_launcher, args=(high,), daemon=True).start()
     sys.argv = [script, *args]
     sys.path[0] = str(path.parent)  # `-m` put the working directory there; a script has its own
     try:

@@ -67,18 +67,20 @@ def benchmark(
 
     Waiting after every call measures latency: one call's time, Python dispatch included.
     A training loop instead dispatches the next step while the devices still run the
-    previous one. ``pipeline=n`` measures that throughput: each timed run dispatches ``n``
-    calls back to back, waits once for all their outputs, and counts the elapsed time
-    divided by ``n``. Neither mode tells host time from device time; a trace recorded with
-    ``jax.profiler.trace`` does.
+    previous one. ``pipeline=n`` measures throughput of that kind: each timed run
+    dispatches ``n`` independent calls with the same arguments back to back, waits once
+    for all their outputs, and counts the elapsed time divided by ``n``. Unlike a loop's
+    steps, the calls do not take each other's outputs. Neither mode tells host time from
+    device time; a trace recorded with ``jax.profiler.trace`` does.
 
     Args:
         fn: the function to time, usually ``jax.jit``-ed.
         *args: positional arguments for ``fn``.
         warmup: untimed calls made first, at least 0.
         repeats: timed calls (or runs of ``pipeline`` calls), at least 1.
-        pipeline: calls dispatched before waiting, at least 1; 1 (the default) times each
-            call alone. All ``pipeline`` outputs are alive at once, so memory grows with it.
+        pipeline: independent calls dispatched before waiting, at least 1; 1 (the
+            default) times each call alone. All ``pipeline`` outputs are alive at once, so
+            memory grows with it.
         clock: a function giving the time in seconds, ``time.perf_counter`` by default; it
             is read before and after every timed call or run.
         **kwargs: keyword arguments for ``fn`` (other than ``warmup``, ``repeats``,
