@@ -2,8 +2,10 @@
 
 It holds what readers of the site would otherwise copy between projects: simulating
 devices on a laptop, building meshes and shardings and splitting batches across devices with
-errors that say what to do, drawing shardings as SVG, timing JAX code honestly, and loading
-real MNIST, checked and cached, for readers who have the network.
+errors that say what to do, drawing shardings as SVG, timing JAX code honestly, summarising
+the memory and the collectives of a compiled step, reading the operations out of a profiler
+trace, launching several local processes, and loading real MNIST, checked and cached, for
+readers who have the network.
 """
 
 # Names load on first use, so that `python -m jaxpar.launch` starts without importing JAX
@@ -15,6 +17,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from jaxpar.batching import ShardedBatch, UnevenBatchError, replicate, shard_batch, split_batch
+    from jaxpar.compiled import Collective, CompiledSummary, find_collectives, summarise
     from jaxpar.data import (
         MNIST,
         MNIST_SHA256,
@@ -35,6 +38,17 @@ if TYPE_CHECKING:
     )
     from jaxpar.distributed import NotLaunchedError, initialize_distributed
     from jaxpar.meshes import check_spec, make_mesh, named_sharding
+    from jaxpar.profiles import (
+        Operation,
+        OperationTotal,
+        Trace,
+        TraceStep,
+        find_trace_file,
+        operation_scopes,
+        read_trace,
+        timeline_svg,
+        top_operations,
+    )
     from jaxpar.timing import Timing, benchmark
 
 _MODULE_OF = {
@@ -43,6 +57,10 @@ _MODULE_OF = {
     "replicate": "jaxpar.batching",
     "shard_batch": "jaxpar.batching",
     "split_batch": "jaxpar.batching",
+    "Collective": "jaxpar.compiled",
+    "CompiledSummary": "jaxpar.compiled",
+    "find_collectives": "jaxpar.compiled",
+    "summarise": "jaxpar.compiled",
     "MNIST": "jaxpar.data",
     "MNIST_SHA256": "jaxpar.data",
     "MNIST_URL": "jaxpar.data",
@@ -63,6 +81,15 @@ _MODULE_OF = {
     "check_spec": "jaxpar.meshes",
     "make_mesh": "jaxpar.meshes",
     "named_sharding": "jaxpar.meshes",
+    "Operation": "jaxpar.profiles",
+    "OperationTotal": "jaxpar.profiles",
+    "Trace": "jaxpar.profiles",
+    "TraceStep": "jaxpar.profiles",
+    "find_trace_file": "jaxpar.profiles",
+    "operation_scopes": "jaxpar.profiles",
+    "read_trace": "jaxpar.profiles",
+    "timeline_svg": "jaxpar.profiles",
+    "top_operations": "jaxpar.profiles",
     "Timing": "jaxpar.timing",
     "benchmark": "jaxpar.timing",
 }
@@ -70,6 +97,8 @@ _MODULE_OF = {
 __all__ = [
     "Block",
     "ChecksumMismatchError",
+    "Collective",
+    "CompiledSummary",
     "DatasetUnavailableError",
     "DevicesAlreadyInitializedError",
     "Layout",
@@ -77,24 +106,35 @@ __all__ = [
     "MNIST_SHA256",
     "MNIST_URL",
     "NotLaunchedError",
+    "Operation",
+    "OperationTotal",
     "ShardedBatch",
     "ShardingDiagram",
     "Timing",
+    "Trace",
+    "TraceStep",
     "UnevenBatchError",
     "benchmark",
     "check_spec",
+    "find_collectives",
+    "find_trace_file",
     "initialize_distributed",
     "layout",
     "load_mnist",
     "make_mesh",
     "named_sharding",
+    "operation_scopes",
     "parse_idx",
+    "read_trace",
     "replicate",
     "shard_batch",
     "sharding_diagram",
     "sharding_svg",
     "simulate_cpu_devices",
     "split_batch",
+    "summarise",
+    "timeline_svg",
+    "top_operations",
 ]
 
 

@@ -1,0 +1,462 @@
+"""A real training step, technique by technique: what each costs in memory and communication.
+
+The small GPT of `gpt.py`, laid out FSDP x tensor on a 2x4 mesh `("data", "model")`. One
+technique at a time is added to its training step: bfloat16 compute with float32 master
+weights, rematerialisation (two `jax.checkpoint` policies), donation, and gradient
+accumulation over micro-batches, first as a `lax.scan` that reduces every micro-batch's
+gradient, then inside `jax.shard_map` with one reduction per step. For each, the compiled
+step's memory (`memory_analysis()`) and collectives (its HLO), per device, on XLA:CPU. Then
+the bfloat16 and float32 loss curves side by side, and the full step trains the model and
+writes a sample.
+"""
+
+# needs 8 devices: the step is measured on a 2 x 4 mesh; elsewhere run it with JAX_PLATFORMS=cpu
+import jax
+
+jax.config.update("jax_num_cpu_devices", 8)
+
+
+# %% setup
+import dataclasses
+import inspect
+import json
+import re
+import textwrap
+
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jax.ad_checkpoint import checkpoint_name
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+# %% data
+# --8<-- [start:data]
+text = inspect.getsource(json)  # the source of json/__init__.py: nothing to download
+chars = sorted(set(text))
+VOCAB = -(-len(chars) // 8) * 8  # padded to a multiple of 8, so that any mesh axis splits it
+data = np.array([chars.index(c) for c in text], dtype=np.int32)
+CONTEXT, BATCH = 64, 32
+
+
+def get_batch(step):
+    """BATCH windows of CONTEXT characters, and the same shifted by one: the targets."""
+    starts = np.random.default_rng(step).integers(0, len(data) - CONTEXT - 1, BATCH)
+    windows = data[starts[:, None] + np.arange(CONTEXT + 1)]
+    return windows[:, :-1], windows[:, 1:]
+
+
+# --8<-- [end:data]
+print(f"{len(text)} characters, {len(chars)} distinct, vocabulary padded to {VOCAB}")
+
+
+# %% model
+# --8<-- [start:model]
+@dataclasses.dataclass(frozen=True)
+class Config:
+    vocab: int = VOCAB
+    context: int = CONTEXT
+    width: int = 64
+    heads: int = 4
+    layers: int = 2
+    dtype: jnp.dtype = jnp.float32  # the dtype of the computation; parameters stay float32
+    remat: object = None  # a jax.checkpoint policy for each block, or None: no remat
+
+
+def dense(fan_in, fan_out, names, init, config, rngs):
+    """A bias-free linear layer whose kernel carries logical axis names."""
+    return nnx.Linear(
+        fan_in, fan_out, use_bias=False, rngs=rngs,
+        kernel_init=nnx.with_partitioning(init, names),
+        dtype=config.dtype, param_dtype=jnp.float32,
+    )  # fmt: skip
+
+
+normal, zeros = nnx.initializers.normal(0.02), nnx.initializers.zeros_init()
+
+
+class Block(nnx.Module):
+    """Causal self-attention, then an MLP, each after a layer norm and around a residual."""
+
+    def __init__(self, config: Config, rngs: nnx.Rngs):
+        width, norm = config.width, {"dtype": config.dtype, "rngs": rngs}
+        self.heads = config.heads
+        self.norm1, self.norm2 = nnx.LayerNorm(width, **norm), nnx.LayerNorm(width, **norm)
+        # q, k and v of each head side by side (as Megatron-LM lays them out), so that a
+        # split of "heads" gives every device whole heads.
+        self.qkv = dense(width, 3 * width, ("embed", "heads"), normal, config, rngs)
+        self.out = dense(width, width, ("heads", "embed"), zeros, config, rngs)
+        self.up = dense(width, 4 * width, ("embed", "mlp"), normal, config, rngs)
+        self.down = dense(4 * width, width, ("mlp", "embed"), zeros, config, rngs)
+
+    def __call__(self, x):
+        spec = jax.typeof(x).sharding.spec  # the activations' layout: batch split, as it came
+        b, t, width = x.shape
+        qkv = self.qkv(self.norm1(x))
+        q, k, v = jnp.unstack(qkv.reshape(b, t, self.heads, 3, width // self.heads), axis=3)
+        scores = jnp.einsum("bthd,bshd->bhts", q, k) / np.sqrt(q.shape[-1])
+        causal = jnp.tril(jnp.ones((t, t), dtype=bool))
+        weights = jax.nn.softmax(jnp.where(causal, scores.astype(jnp.float32), -1e9), axis=-1)
+        attention = jnp.einsum("bhts,bshd->bthd", weights.astype(v.dtype), v).reshape(b, t, width)
+        # The sum over heads: on a mesh that splits "heads", an all-reduce back to `spec`.
+        # Named, so that a remat policy can choose to keep it (`save_only_these_names`).
+        x = x + checkpoint_name(self.out(attention, out_sharding=spec), "attention")
+        return x + self.down(jax.nn.gelu(self.up(self.norm2(x))), out_sharding=spec)
+
+
+class GPT(nnx.Module):
+    def __init__(self, config: Config, rngs: nnx.Rngs):
+        self.config = config
+        embed = {"dtype": config.dtype, "param_dtype": jnp.float32, "rngs": rngs}
+        init = nnx.with_partitioning(normal, ("vocab", "embed"))
+        self.tokens = nnx.Embed(config.vocab, config.width, embedding_init=init, **embed)
+        init = nnx.with_partitioning(normal, (None, "embed"))
+        self.positions = nnx.Embed(config.context, config.width, embedding_init=init, **embed)
+        self.blocks = nnx.List([Block(config, rngs) for _ in range(config.layers)])
+        self.norm = nnx.LayerNorm(config.width, dtype=config.dtype, rngs=rngs)
+
+    def __call__(self, tokens):  # (batch, time) integers -> (batch, time, vocab) logits
+        spec = P(*jax.typeof(tokens).sharding.spec, None)  # batch split as the tokens are
+        table = self.tokens.embedding[...]
+        x = table.at[tokens].get(out_sharding=spec)  # a lookup into a sharded table
+        positions = jax.reshard(self.positions.embedding[...], P())  # gathered whole
+        x = (x + positions[: tokens.shape[1]]).astype(self.config.dtype)
+        for block in self.blocks:
+            if self.config.remat is None:
+                x = block(x)
+            else:  # keep only what the policy saves; recompute the rest in the backward pass
+                x = nnx.remat(lambda block, x: block(x), policy=self.config.remat)(block, x)
+        return self.tokens.attend(self.norm(x), out_sharding=spec)  # tied output layer
+
+
+# --8<-- [end:model]
+
+
+# %% rules
+# --8<-- [start:rules]
+mesh = jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Explicit,) * 2)
+LOGICAL = ("batch", "embed", "heads", "mlp", "vocab")
+LAYOUTS = {  # for each logical axis, in the order above: the mesh axes that split it
+    "data parallel": (("data", "model"), None, None, None, None),
+    "FSDP": (("data", "model"), ("data", "model"), None, None, None),
+    "tensor parallel": ("data", None, "model", "model", "model"),
+    "FSDP x tensor": ("data", "data", "model", "model", "model"),
+}
+
+
+def rules(layout):
+    """The layout as Flax's logical axis rules: (logical name, mesh axes) pairs."""
+    return tuple(zip(LOGICAL, LAYOUTS[layout], strict=True))
+
+
+# --8<-- [end:rules]
+
+
+# %% create
+# --8<-- [start:create]
+tx = optax.adamw(3e-3)
+LAYOUT = "FSDP x tensor"
+with jax.set_mesh(mesh), nnx.logical_axis_rules(rules(LAYOUT)):
+    params = nnx.state(jax.jit(lambda: GPT(Config(), nnx.Rngs(0)))())  # born sharded
+    opt_state = jax.jit(tx.init)(params)
+
+
+def graphdef_of(config):
+    """The structure of the model under `config`: its dtype and remat policy are part of it."""
+    with jax.set_mesh(mesh), nnx.logical_axis_rules(rules(LAYOUT)):
+        return nnx.graphdef(nnx.eval_shape(lambda: GPT(config, nnx.Rngs(0))))
+
+
+# --8<-- [end:create]
+
+
+# %% step
+# --8<-- [start:step]
+def loss_fn(params, graphdef, x, y):
+    logits = nnx.merge(graphdef, params)(x).astype(jnp.float32)
+    return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+
+
+def step(params, opt_state, x, y, graphdef):
+    loss, grads = jax.value_and_grad(loss_fn)(params, graphdef, x, y)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss
+
+
+plain_step = jax.jit(step, static_argnames="graphdef")
+donating_step = jax.jit(step, static_argnames="graphdef", donate_argnames=("params", "opt_state"))
+# --8<-- [end:step]
+
+
+# %% collectives
+# --8<-- [start:collectives]
+KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+OP = re.compile(rf"= (.+?) ({'|'.join(KINDS)})(?:-start)?\(")  # -start: the async forms
+SHAPE = re.compile(r"\b(pred|bf16|[fsu]\d+)\[([\d,]*)\]")
+
+
+def result_bytes(shapes):
+    """Bytes of an HLO result type such as `f32[64,64]{1,0}` or a tuple of them."""
+    total = 0
+    for dtype, dims in SHAPE.findall(shapes):
+        itemsize = 1 if dtype == "pred" else 2 if dtype == "bf16" else int(dtype[1:]) // 8
+        total += itemsize * int(np.prod([int(d) for d in dims.split(",") if d]))
+    return total
+
+
+def collectives(compiled):
+    """{kind: (count, bytes of their results on each device)} in a compiled program. Those
+    in the body of a loop (a `lax.scan`) are counted apart: they run once per iteration."""
+    found, hlo, computation = {}, compiled.as_text(), None
+    bodies = set(re.findall(r"\bbody=%?([\w.-]+)", hlo))  # the computations loops repeat
+    for line in hlo.splitlines():
+        if line.endswith("{") and not line[0].isspace():  # a computation begins
+            computation = line.removeprefix("ENTRY ").split()[0].lstrip("%")
+        elif match := OP.search(line):
+            kind = match[2] + (" in loop" if computation in bodies else "")
+            count, size = found.get(kind, (0, 0))
+            found[kind] = (count + 1, size + result_bytes(match[1]))
+    return dict(sorted(found.items()))
+
+
+# --8<-- [end:collectives]
+
+
+# %% measure
+# --8<-- [start:measure]
+MICRO = 4  # micro-batches per step, in rows 5 and 5'
+
+
+def memory_row(label, compiled):
+    """Bytes per device from memory_analysis(), and the compute from cost_analysis()."""
+    memory = compiled.memory_analysis()
+    sizes = (memory.argument_size_in_bytes, memory.output_size_in_bytes)
+    sizes += (memory.alias_size_in_bytes, memory.temp_size_in_bytes)
+    # XLA counts the flops of a loop body once, whatever the number of iterations.
+    looped = any(kind.endswith("in loop") for kind in collectives(compiled))
+    mflop = "-" if looped else f"{compiled.cost_analysis()['flops'] / 1e6:.0f}"
+    return f"{label:27}" + "".join(f"{size:>11,}" for size in sizes) + f"{mflop:>7}"
+
+
+def collectives_row(label, compiled):
+    """For each kind: how many run once, + MICRO x how many are in the loop; bytes moved."""
+    found, cells, moved = collectives(compiled), [], 0
+    for kind in ("all-gather", "all-reduce", "collective-permute"):
+        once, once_bytes = found.get(kind, (0, 0))
+        looped, looped_bytes = found.get(f"{kind} in loop", (0, 0))
+        parts = [f"{once}"] if once or not looped else []
+        parts += [f"{MICRO}x{looped}"] if looped else []
+        cells.append(" + ".join(parts))
+        moved += once_bytes + MICRO * looped_bytes
+    return f"{label:27}" + "".join(f"{cell:>12}" for cell in cells) + f"{moved:>13,}"
+
+
+MEMORY = f"{'bytes per device':27}{'arguments':>11}{'outputs':>11}{'aliased':>11}"
+MEMORY += f"{'temporary':>11}{'MFLOP':>7}"
+COMMUNICATION = f"{'per device and step':27}{'all-gather':>12}{'all-reduce':>12}"
+COMMUNICATION += f"{'permute':>12}{'bytes moved':>13}"
+# --8<-- [end:measure]
+
+
+# %% accumulation
+# --8<-- [start:accumulation]
+def accumulate_scan(params, opt_state, xs, ys, graphdef):
+    """Gradients summed over micro-batches by a lax.scan: the obvious way."""
+
+    def micro_step(grads, batch):
+        loss, new = jax.value_and_grad(loss_fn)(params, graphdef, *batch)
+        return jax.tree.map(jnp.add, grads, new), loss
+
+    grads, losses = jax.lax.scan(micro_step, jax.tree.map(jnp.zeros_like, params), (xs, ys))
+    grads = jax.tree.map(lambda g: g / MICRO, grads)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, losses.mean()
+
+
+def without(spec, axes):
+    """`spec` with the mesh axes `axes` taken out of every entry."""
+    entries = [() if e is None else (e,) if isinstance(e, str) else e for e in spec]
+    kept = [tuple(a for a in entry if a not in axes) for entry in entries]
+    return P(*(None if not k else k[0] if len(k) == 1 else k for k in kept))
+
+
+def accumulate_shard_map(params, opt_state, xs, ys, graphdef):
+    """Per-device gradients summed over micro-batches, then one reduction: DDP's no_sync()."""
+    # FSDP's all-gather, done once for all the micro-batches: whole along "data".
+    whole = jax.tree.map(
+        lambda p: jax.reshard(p, without(jax.typeof(p).sharding.spec, "data")), params
+    )
+
+    @jax.shard_map(in_specs=(P(), P(None, "data")), out_specs=(P(), P()), axis_names={"data"})
+    def per_device(whole, batches):
+        # Marked as varying over "data", the parameters get per-device gradients: no sum
+        # over devices inside jax.grad (see "The naive port" on the data-parallel pages).
+        local = jax.tree.map(lambda p: jax.lax.pcast(p, "data", to="varying"), whole)
+
+        def micro_step(grads, batch):
+            loss, new = jax.value_and_grad(loss_fn)(local, graphdef, *batch)
+            return jax.tree.map(jnp.add, grads, new), loss
+
+        grads, losses = jax.lax.scan(micro_step, jax.tree.map(jnp.zeros_like, local), batches)
+        n = MICRO * jax.lax.axis_size("data")
+        grads = jax.tree.map(lambda g: g / n, jax.lax.psum(grads, "data"))  # the one reduction
+        return grads, jax.lax.psum(losses.sum(), "data") / n
+
+    grads, loss = per_device(whole, (xs, ys))
+    grads = jax.tree.map(lambda g, p: jax.reshard(g, jax.typeof(p).sharding.spec), grads, params)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss
+
+
+def micro_batches(step):
+    """The step's batch of 32 sequences as MICRO micro-batches of 8."""
+    return [part.reshape(MICRO, -1, CONTEXT) for part in get_batch(step)]
+
+
+# --8<-- [end:accumulation]
+
+
+# %% table
+# --8<-- [start:table]
+policies = jax.checkpoint_policies
+bf16 = {"dtype": jnp.bfloat16}
+dots = {**bf16, "remat": policies.dots_with_no_batch_dims_saveable}
+named = {**bf16, "remat": policies.save_only_these_names("attention")}
+accumulating = {"static_argnames": "graphdef", "donate_argnames": ("params", "opt_state")}
+ROWS = {  # each row adds one technique to the row above (3' and 5' replace 3 and 5)
+    "1 float32": (Config(), plain_step),
+    "2 + bfloat16 compute": (Config(**bf16), plain_step),
+    "3 + remat, dots policy": (Config(**dots), plain_step),
+    "3' + remat, names policy": (Config(**named), plain_step),
+    "4 + donation": (Config(**named), donating_step),
+    "5 + accumulate, scan": (Config(**named), jax.jit(accumulate_scan, **accumulating)),
+    "5' + accumulate, shard_map": (Config(**named), jax.jit(accumulate_shard_map, **accumulating)),
+}
+batch = NamedSharding(mesh, P("data", None))
+micro = NamedSharding(mesh, P(None, "data", None))  # (micro-batch, sequence, position)
+compiled = {}
+with jax.set_mesh(mesh):
+    for label, (config, train_step) in ROWS.items():
+        if label.startswith("5"):
+            inputs = jax.device_put(micro_batches(0), micro)
+        else:
+            inputs = jax.device_put(get_batch(0), batch)
+        compiled[label] = train_step.lower(
+            params, opt_state, *inputs, graphdef_of(config)
+        ).compile()
+print(MEMORY)
+for label, program in compiled.items():
+    print(memory_row(label, program))
+print(COMMUNICATION)
+for label, program in compiled.items():
+    print(collectives_row(label, program))
+# --8<-- [end:table]
+peaks = [
+    compiled[row].memory_analysis().peak_memory_in_bytes
+    for row in ("3' + remat, names policy", "4 + donation")
+]
+print(
+    f"peak_memory_in_bytes (XLA:CPU, without temporaries): {peaks[0]:,} in row 3', {peaks[1]:,} in row 4"
+)
+
+
+# %% curves
+# --8<-- [start:curves]
+# Rows 1 and 2 do not donate, so both train from the same initial parameters. A third run,
+# in float32 on the same data in another order, shows how much a loss curve moves anyway.
+CURVE_STEPS = 20
+runs = {
+    "float32": (compiled["1 float32"], 0),
+    "bfloat16": (compiled["2 + bfloat16 compute"], 0),
+    "float32, other order": (compiled["1 float32"], 1000),  # batches 1000, 1001, ...
+}
+curves, trained = {}, {}
+with jax.set_mesh(mesh):
+    for name, (train_step, first) in runs.items():
+        state, losses = (params, opt_state), []
+        for step_number in range(CURVE_STEPS):
+            x, y = jax.device_put(get_batch(first + step_number), batch)
+            *state, loss = train_step(*state, x, y)
+            losses.append(loss)
+        curves[name], trained[name] = np.array(jax.device_get(losses)), state[0]
+print(f"{'step':>4}" + "".join(f"{name:>22}" for name in curves))
+for step_number in range(0, CURVE_STEPS, 4):
+    print(
+        f"{step_number:>4}" + "".join(f"{curve[step_number]:>22.4f}" for curve in curves.values())
+    )
+for name in ("bfloat16", "float32, other order"):
+    gap = np.mean(curves[name][10:]) - np.mean(curves["float32"][10:])
+    print(f"mean loss over steps 10-19, {name} minus float32: {gap:+.3f}")
+# --8<-- [end:curves]
+
+
+# %% same_losses
+# --8<-- [start:same_losses]
+with jax.set_mesh(mesh):
+    losses = {}
+    for label in ("4 + donation", "5 + accumulate, scan", "5' + accumulate, shard_map"):
+        state, losses[label] = jax.tree.map(jnp.copy, (params, opt_state)), []  # donated below
+        for step_number in range(3):
+            if label.startswith("5"):
+                inputs = jax.device_put(micro_batches(step_number), micro)
+            else:
+                inputs = jax.device_put(get_batch(step_number), batch)
+            *state, loss = compiled[label](*state, *inputs)
+            losses[label].append(loss)
+for label, values in losses.items():
+    print(f"{label:27} losses " + " ".join(f"{v:.4f}" for v in jax.device_get(values)))
+# --8<-- [end:same_losses]
+
+
+# %% unreduced
+# --8<-- [start:unreduced]
+def reduced(param):
+    """Whole along "data", and typed *reduced* over it: its gradient comes out unreduced."""
+    spec = without(jax.typeof(param).sharding.spec, "data")
+    return jax.reshard(param, spec.update(reduced={"data"}))
+
+
+def reduced_loss(params, x, y, graphdef):
+    return loss_fn(jax.tree.map(reduced, params), graphdef, x, y)
+
+
+with jax.set_mesh(mesh):
+    x, y = jax.device_put(get_batch(0), batch)
+    graphdef = graphdef_of(Config())
+    try:
+        jax.jit(lambda params: jax.grad(reduced_loss)(params, x, y, graphdef)).trace(params)
+    except Exception as error:  # a ShardingTypeError, which jax 0.12 does not export
+        first = str(error).split(". ")[0]
+        print(textwrap.fill(f"{type(error).__name__}: {first}.", 88, subsequent_indent="  "))
+# --8<-- [end:unreduced]
+
+
+# %% sample
+# --8<-- [start:sample]
+@jax.jit(static_argnames=("graphdef", "length"))
+def generate(params, prompt, key, graphdef, length):
+    """`length` characters after `prompt`, each drawn from the model (temperature 0.8)."""
+    model = nnx.merge(graphdef, params)
+
+    def next_character(window, key):
+        logits = model(window)[0, -1].astype(jnp.float32)
+        logits = jnp.where(jnp.arange(VOCAB) < len(chars), logits, -jnp.inf)  # no padding
+        character = jax.random.categorical(key, logits / 0.8)
+        return jnp.concatenate([window[:, 1:], character[None, None]], axis=1), character
+
+    _, characters = jax.lax.scan(next_character, prompt, jax.random.split(key, length))
+    return characters
+
+
+# A model this small writes faster on one device than across the mesh.
+one_device = jax.make_mesh(
+    (1, 1), ("data", "model"), axis_types=(AxisType.Explicit,) * 2, devices=jax.devices()[:1]
+)
+prompt = text[:CONTEXT]
+with jax.set_mesh(one_device):
+    weights = jax.device_put(trained["bfloat16"], NamedSharding(one_device, P()))
+    window = jnp.array([[chars.index(c) for c in prompt]])
+    written = generate(weights, window, jax.random.key(0), graphdef_of(Config(**bf16)), 120)
+print(prompt + "|" + "".join(chars[i] for i in jax.device_get(written)))
+# --8<-- [end:sample]

@@ -1,0 +1,205 @@
+"""The checkpoints chapter's claims: what a 2-process Orbax checkpoint holds, how Grain splits
+and orders the data, a crashed run that resumes bit for bit, a restore into another layout in
+one process, Orbax's errors, and what Grain's worker processes need."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+from sitetools import REPO
+from sitetools.snippets import RUN_ENVIRONMENT, read_sections
+
+SNIPPETS = REPO / "snippets" / "checkpoints"
+TRAIN = read_sections((SNIPPETS / "train.out").read_text(encoding="utf-8"))
+RESUME = read_sections((SNIPPETS / "crash_and_resume.out").read_text(encoding="utf-8"))
+
+# The state: the MLP's parameters (64 x 128 + 128 + 128 x 10 + 10 float32) and the momentum.
+PARAMETERS = 64 * 128 + 128 + 128 * 10 + 10
+STATE_BYTES = 2 * 4 * PARAMETERS
+
+
+def losses(text: str) -> dict[int, str]:
+    return {int(step): loss for step, loss in re.findall(r"step +(\d+)  loss (\S+)", text)}
+
+
+def first_examples(text: str) -> dict[int, str]:
+    found = re.findall(r"step +(\d+)  loss \S+  first example (\d+)", text)
+    return {int(step): first for step, first in found}
+
+
+def bytes_on_device_0(text: str) -> tuple[int, int]:
+    found = re.search(r"state bytes on device 0: (\d+) of (\d+)", text)
+    return int(found[1]), int(found[2])
+
+
+def final_state(text: str) -> list[str]:
+    return re.findall(r"final state (\w+)", text)
+
+
+def test_each_process_reads_its_own_half_of_every_batch_in_a_new_order_each_epoch():
+    data = TRAIN["data"]
+    first = re.findall(r"step 1, process (\d) reads examples \[([\d, ]+)\]", data)
+    assert [process for process, _ in first] == ["0", "1"]
+    assert first[0][1] != first[1][1]
+    assert "(128 of them)" in data  # 256 // 2 processes
+    assert "the two halves overlap: False" in data
+    assert "epoch 0 reads each example once: True" in data  # 6 batches x 256 = 1536
+    epoch_1 = re.search(r"step 7 \(epoch 1\), process 0 reads \[([\d, ]+)\]", data)[1]
+    assert epoch_1 != first[0][1]  # without a new order per epoch, step 7 would repeat step 1
+
+
+def test_fsdp_state_holds_an_eighth_per_device():
+    on_device, total = bytes_on_device_0(TRAIN["checkpoints"])
+    assert total == STATE_BYTES == 76880
+    # Everything split 8 ways, except the output bias (10 values) and its momentum: whole.
+    assert on_device == (STATE_BYTES - 2 * 4 * 10) // 8 + 2 * 4 * 10 == 9680
+
+
+def test_every_process_writes_its_own_part_of_the_checkpoint():
+    written = TRAIN["written"]
+    assert "checkpoints kept: [8, 12]" in written  # every 4 steps, the last 2
+    files = re.findall(r"^  (\S+)$", written, re.MULTILINE)
+    for process in (0, 1):
+        assert f"state/ocdbt.process_{process}/manifest.ocdbt" in files
+        assert f"state/array_metadatas/process_{process}" in files
+        assert f"data/process_{process}-of-2.json" in files
+        assert f"data iterator of process {process}: {{'next_index': 12}}" in written
+    assert {"commit_success.txt", "state/commit_success.txt", "state/manifest.ocdbt"} <= set(files)
+
+
+def test_a_crash_while_saving_leaves_the_previous_checkpoints_intact():
+    crash = RESUME["crash"]
+    assert "[launch] rank 1 exited with status 137; stopping the other ranks." in crash
+    assert "exit status 137" in crash  # 128 + SIGKILL
+    assert "run/checkpoints: ['12.orbax-checkpoint-tmp', '4', '8']" in crash
+    assert "latest complete checkpoint: 8" in crash
+    # The run got through step 12 before it died: its last log lines are the reference.
+    assert f"step 12  loss {losses(TRAIN['train'])[12]}" in crash
+    assert final_state(crash) == final_state(TRAIN["train"])
+
+
+def test_the_resumed_run_repeats_steps_9_to_12_bit_for_bit():
+    resume = RESUME["resume"]
+    assert "new in run/log.txt:\n  resuming after step 8\n" in resume
+    assert "exit status 0" in resume
+    assert "Removing existing\n    directory since it is not finalized." in resume
+    uninterrupted = losses(TRAIN["train"])
+    assert sorted(uninterrupted) == list(range(1, 13))
+    resumed = losses(resume)
+    assert sorted(resumed) == [9, 10, 11, 12]
+    # Printed with every digit of the float32: equal strings are equal bits.
+    assert resumed == {step: uninterrupted[step] for step in resumed}
+    assert final_state(resume) == final_state(TRAIN["train"])
+    # The same data: each step's first example of process 0, and step 7 opens epoch 1.
+    uninterrupted_data = first_examples(TRAIN["train"])
+    assert first_examples(resume) == {step: uninterrupted_data[step] for step in resumed}
+    assert f"[{uninterrupted_data[7]}," in TRAIN["data"]  # the peek at epoch 1
+    compare = RESUME["compare"]
+    expected = [uninterrupted[step] for step in range(9, 13)]
+    assert f"steps 9-12 before the crash: {expected}" in compare
+    assert f"steps 9-12 after the restart: {expected}" in compare
+    assert "the same first examples: True" in compare
+    assert "the same losses, bit for bit: True" in compare
+    assert "the same final state, bit for bit: True" in compare
+
+
+def test_one_process_restores_the_two_process_checkpoint_tensor_parallel():
+    elsewhere = RESUME["elsewhere"]
+    assert "restored step 12 in 1 process, onto a {'data': 2, 'model': 4} mesh" in elsewhere
+    assert "hidden kernel: (64, 128) P(None, 'model') on device 0: (64, 32)" in elsewhere
+    on_device, total = bytes_on_device_0(elsewhere)
+    # Split 4 ways over "model", copied over "data"; the output bias stays whole.
+    assert total == STATE_BYTES
+    assert on_device == (STATE_BYTES - 2 * 4 * 10) // 4 + 2 * 4 * 10 == 19280
+    assert "the same values as the final state of train.py: True" in elsewhere
+
+
+def test_orbax_errors_for_bad_restores():
+    errors = RESUME["errors"]
+    assert (
+        "ValueError: Requested shape: (32, 128) is not compatible with the stored shape: (64,\n"
+        "    128)." in errors
+    )
+    assert "FileNotFoundError: Checkpoint at run/checkpoints/7 not found." in errors
+    assert "saved steps: [8, 12]" in errors
+    assert "latest_step(): None - train.py would start from step 0" in errors
+    assert "FileNotFoundError: No steps found in run/chekpoints." in errors
+    assert "the mesh of its shardings: AbstractMesh" in errors
+    assert "ValueError: Topology mismatch detected." in errors
+
+
+WORKERS = textwrap.dedent(
+    """
+    import sys
+
+    import grain
+    import numpy as np
+
+    features = np.arange(64, dtype=np.float32)
+
+
+    def load_example(index):
+        return {"index": index, "features": features[index]}
+
+
+    def batches(workers):
+        dataset = grain.MapDataset.range(64).shuffle(seed=0).repeat()[0::2]
+        dataset = dataset.map(load_example).batch(8).to_iter_dataset(grain.ReadOptions(num_threads=0))
+        if workers:
+            dataset = dataset.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
+        return iter(dataset)
+
+
+    if __name__ == "__main__":  # each worker process imports this file again
+        iterator = batches(1)
+        try:
+            next(iterator)
+        except Exception as error:
+            print("mp_prefetch without flags:", type(error).__name__)
+        iterator.close()
+        loader = grain.DataLoader(
+            data_source=features,
+            sampler=grain.samplers.IndexSampler(64, shuffle=True, seed=0, num_epochs=1),
+            worker_count=1,
+        )
+        try:
+            next(iter(loader))
+        except Exception as error:
+            print("DataLoader without flags:", type(error).__name__)
+        from absl import flags
+
+        flags.FLAGS.mark_as_parsed()
+        iterator, reference = batches(1), batches(0)
+        same = all(
+            next(iterator)["index"].tolist() == next(reference)["index"].tolist() for _ in range(4)
+        )
+        print("with a worker, the same batches:", same)
+        print("its position:", sorted(iterator.get_state()))
+        iterator.close()
+        reference.close()
+        del iterator, reference  # now, not at interpreter exit, when Grain's __del__ fails
+    """
+)
+
+
+def test_grain_workers_need_parsed_flags_and_give_the_same_batches(tmp_path):
+    script = tmp_path / "workers.py"
+    script.write_text(WORKERS, encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **RUN_ENVIRONMENT},
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Exception ignored" not in result.stderr, result.stderr  # every iterator closed
+    assert "mp_prefetch without flags: UnparsedFlagAccessError" in result.stdout
+    assert "DataLoader without flags: UnparsedFlagAccessError" in result.stdout
+    assert "iterators_in_use_states" in result.stdout  # each worker's position
+    assert "with a worker, the same batches: True" in result.stdout

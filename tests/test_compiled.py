@@ -1,0 +1,207 @@
+"""Tests of jaxpar.compiled: the memory and the collectives of a compiled program."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from jaxpar import Collective, CompiledSummary, find_collectives, summarise
+
+
+@pytest.fixture(scope="module")
+def mesh() -> jax.sharding.Mesh:
+    return jax.make_mesh((8,), ("data",))
+
+
+def split_rows(mesh, shape=(64, 32)) -> jax.Array:
+    return jax.device_put(jnp.ones(shape), NamedSharding(mesh, P("data")))
+
+
+class TestSummarise:
+    def test_memory_parts_and_one_all_reduce(self, mesh):
+        x = split_rows(mesh)
+        with jax.set_mesh(mesh):
+            compiled = jax.jit(lambda x: x.sum(axis=0)).lower(x).compile()
+        summary = summarise(compiled)
+        memory = compiled.memory_analysis()
+        assert summary.argument_bytes == memory.argument_size_in_bytes == 8 * 32 * 4
+        assert summary.output_bytes == memory.output_size_in_bytes == 32 * 4
+        assert summary.temp_bytes == memory.temp_size_in_bytes
+        assert summary.alias_bytes == 0
+        assert summary.generated_code_bytes == memory.generated_code_size_in_bytes
+        assert summary.flops is not None and summary.flops > 0
+        assert summary.counts() == {"all-reduce": 1}
+        assert summary.by_kind() == {"all-reduce": (1, 32 * 4)}
+        (collective,) = summary.collectives
+        assert (collective.kind, collective.in_loop, collective.asynchronous) == (
+            "all-reduce",
+            False,
+            False,
+        )
+        assert summary.total_bytes == (
+            summary.argument_bytes + summary.output_bytes + summary.temp_bytes
+        )
+
+    def test_no_collectives_on_data_that_is_not_split(self):
+        compiled = jax.jit(lambda x: x * 2).lower(jnp.ones(4)).compile()
+        summary = summarise(compiled)
+        assert summary.collectives == ()
+        assert summary.counts() == {}
+        assert "no collectives" in str(summary)
+
+    def test_donation_shows_as_aliased_bytes(self):
+        step = jax.jit(lambda x: x + 1, donate_argnums=0)
+        summary = summarise(step.lower(jnp.ones((16, 16))).compile())
+        assert summary.alias_bytes == 16 * 16 * 4
+        assert summary.total_bytes == 16 * 16 * 4 + summary.temp_bytes
+
+    def test_a_collective_in_a_scan_is_in_a_loop(self, mesh):
+        x = jax.device_put(jnp.ones((4, 64)), NamedSharding(mesh, P(None, "data")))
+
+        def per_row_then_all(x):
+            rows = jax.lax.scan(lambda carry, row: (carry, row.sum()), 0.0, x)[1]
+            return rows, x.sum(axis=1)
+
+        with jax.set_mesh(mesh):
+            summary = summarise(jax.jit(per_row_then_all).lower(x).compile())
+        assert summary.counts(in_loop=True) == {"all-reduce": 1}
+        assert summary.counts(in_loop=False) == {"all-reduce": 1}
+        assert summary.counts() == {"all-reduce": 2}
+        assert "all-reduce x1 in a loop: 4 B" in str(summary)
+
+    def test_str_lists_memory_then_collectives(self, mesh):
+        x = split_rows(mesh)
+        with jax.set_mesh(mesh):
+            summary = summarise(jax.jit(lambda x: x.sum(axis=0)).lower(x).compile())
+        lines = str(summary).splitlines()
+        assert lines[0] == "arguments    1,024 B"
+        assert lines[1] == "outputs      128 B"
+        assert lines[-1] == "all-reduce x1: 128 B"
+
+    def test_in_loop_must_be_a_bool_or_none(self):
+        summary = CompiledSummary(1, 1, 0, 0, 0, None, ())
+        with pytest.raises(TypeError, match="in_loop must be True, False or None, got 'yes'"):
+            summary.counts(in_loop="yes")
+
+    def test_sizes_a_backend_does_not_report(self):
+        summary = CompiledSummary(None, None, None, None, None, None, ())
+        assert summary.total_bytes is None
+        assert str(summary).splitlines()[0] == "arguments    not reported"
+
+
+class TestBadInput:
+    def test_a_jitted_function_not_lowered(self):
+        def step(x):
+            return x * 2
+
+        with pytest.raises(TypeError) as error:
+            summarise(jax.jit(step))
+        message = str(error.value)
+        assert "got the jitted function 'step'" in message
+        assert "summarise(f.lower(*args).compile())" in message
+
+    def test_a_lowered_program_not_compiled(self):
+        lowered = jax.jit(lambda x: x * 2).lower(jnp.ones(4))
+        with pytest.raises(TypeError, match=r"got a lowered one; compile it first"):
+            summarise(lowered)
+
+    def test_a_traced_program(self):
+        traced = jax.jit(lambda x: x * 2).trace(jnp.ones(4))
+        with pytest.raises(TypeError, match=r"summarise\(traced\.lower\(\)\.compile\(\)\)"):
+            summarise(traced)
+
+    def test_a_plain_function(self):
+        def loss(x):
+            return x.sum()
+
+        with pytest.raises(TypeError, match=r"got the function 'loss'.*jax\.jit\(f\)"):
+            summarise(loss)
+
+    @pytest.mark.parametrize("value", [None, 3, "HloModule m"])
+    def test_anything_else(self, value):
+        with pytest.raises(TypeError, match="summarise needs a compiled program"):
+            summarise(value)
+
+    def test_find_collectives_needs_text(self):
+        with pytest.raises(TypeError, match="got bytes"):
+            find_collectives(b"HloModule m")
+
+    def test_find_collectives_needs_a_computation(self):
+        with pytest.raises(ValueError, match="found no HLO computation"):
+            find_collectives("this is not HLO")
+
+
+# Hand-written HLO in the forms GPU and TPU compilers print: asynchronous pairs, tuple
+# results with index comments, and a collective in a computation that a loop body calls.
+ASYNC_HLO = """\
+HloModule jit_step, entry_computation_layout={(f32[8,4]{1,0})->f32[64,4]{1,0}}
+
+%add (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %sum = f32[] add(%x, %y)
+}
+
+%inner (p: bf16[16]) -> bf16[16] {
+  %p = bf16[16]{0} parameter(0)
+  ROOT %all-reduce.9 = bf16[16]{0} all-reduce(%p), replica_groups={{0,1}}, to_apply=%add
+}
+
+%body (carry: (s32[], bf16[16])) -> (s32[], bf16[16]) {
+  %carry = (s32[], bf16[16]{0}) parameter(0)
+  %v = bf16[16]{0} get-tuple-element(%carry), index=1
+  %reduced = bf16[16]{0} call(%v), to_apply=%inner
+  %i = s32[] get-tuple-element(%carry), index=0
+  ROOT %t = (s32[], bf16[16]{0}) tuple(%i, %reduced)
+}
+
+%condition (carry: (s32[], bf16[16])) -> pred[] {
+  %carry = (s32[], bf16[16]{0}) parameter(0)
+  ROOT %c = pred[] constant(true)
+}
+
+ENTRY %main (x: f32[8,4]) -> f32[64,4] {
+  %x = f32[8,4]{1,0} parameter(0)
+  %all-gather-start = (f32[8,4]{1,0}, f32[64,4]{1,0}) all-gather-start(%x), dimensions={0}
+  %all-gather-done = f32[64,4]{1,0} all-gather-done(%all-gather-start)
+  %all-reduce-start = (f32[64,4]{1,0}, /*index=1*/f32[4]{0}) all-reduce-start(%all-gather-done, %x), to_apply=%add
+  %all-reduce-done = (f32[64,4]{1,0}, /*index=1*/f32[4]{0}) all-reduce-done(%all-reduce-start)
+  %zero = s32[] constant(0)
+  %init = bf16[16]{0} broadcast(%zero), dimensions={}
+  %tuple = (s32[], bf16[16]{0}) tuple(%zero, %init)
+  %loop = (s32[], bf16[16]{0}) while(%tuple), condition=%condition, body=%body
+  ROOT %out = f32[64,4]{1,0} get-tuple-element(%all-reduce-done), index=0
+}
+"""
+
+
+class TestFindCollectives:
+    def test_asynchronous_pairs_count_once_with_the_done_result(self):
+        found = {c.name: c for c in find_collectives(ASYNC_HLO)}
+        assert set(found) == {"all-gather-start", "all-reduce-start", "all-reduce.9"}
+        gather = found["all-gather-start"]
+        assert (gather.kind, gather.asynchronous, gather.result_bytes) == (
+            "all-gather",
+            True,
+            64 * 4 * 4,
+        )
+        reduce = found["all-reduce-start"]
+        assert (reduce.kind, reduce.result_bytes) == ("all-reduce", 64 * 4 * 4 + 4 * 4)
+
+    def test_a_loop_body_and_what_it_calls_are_in_the_loop(self):
+        found = {c.name: c for c in find_collectives(ASYNC_HLO)}
+        assert found["all-reduce.9"].in_loop
+        assert found["all-reduce.9"].result_bytes == 16 * 2  # bfloat16
+        assert not found["all-gather-start"].in_loop
+
+    def test_the_summary_of_hand_written_collectives(self):
+        summary = CompiledSummary(0, 0, 0, 0, 0, None, tuple(find_collectives(ASYNC_HLO)))
+        assert summary.by_kind(in_loop=False) == {
+            "all-gather": (1, 1024),
+            "all-reduce": (1, 1040),
+        }
+        assert summary.by_kind(in_loop=True) == {"all-reduce": (1, 32)}
+        assert isinstance(summary.collectives[0], Collective)
