@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import stat
@@ -122,3 +123,29 @@ def test_mkdocs_serve_serves_every_language(tmp_path):
         server.terminate()
         server.wait(timeout=30)
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_home_page_install_line_pins_what_the_lock_pins():
+    """Readers install what the outputs were recorded with: the home page's pins, in every
+    language, are uv.lock's versions, and cover every package the snippets import."""
+    lock = (REPO / "uv.lock").read_text(encoding="utf-8")
+    locked = dict(re.findall(r'^name = "([^"]+)"\nversion = "([^"]+)"', lock, flags=re.MULTILINE))
+    for language in ("en", "zh", "ko"):
+        page = (REPO / "docs" / language / "index.md").read_text(encoding="utf-8")
+        pins = dict(re.findall(r'"([a-z][a-z0-9-]*)==([^"]+)"', page))
+        assert set(pins) >= {
+            "jax",
+            "flax",
+            "optax",
+            "orbax-checkpoint",
+            "grain",
+            "numpy",
+            "rich",
+            "scikit-learn",
+        }, f"docs/{language}/index.md pins {pins}"
+        stale = {
+            name: (version, locked.get(name))
+            for name, version in pins.items()
+            if locked.get(name) != version
+        }
+        assert not stale, f"docs/{language}/index.md: pinned vs locked {stale}"
