@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import jax
+from test_launch import alive
 
 from jaxpar.launch import EXIT_INTERRUPTED, EXIT_TIMEOUT
 
@@ -132,14 +133,6 @@ def start_launcher(folder: Path, source: str, *args: str, timeout: str | None = 
         stderr=subprocess.PIPE,
         text=True,
     )
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state != "Z"
 
 
 def survivors(folder: Path) -> list[int]:
@@ -280,25 +273,8 @@ def check_without_launcher(folder: Path, case: tuple[str, int, str]) -> None:
     folder.mkdir()
     job = folder / "job.py"
     job.write_text(PLAIN, encoding="utf-8")
-    port = socket_port()
     started = time.monotonic()
-    ranks = [
-        subprocess.Popen(
-            [sys.executable, str(job), how],
-            env={
-                **os.environ,
-                "JAXPAR_COORDINATOR": f"127.0.0.1:{port}",
-                "JAXPAR_NUM_PROCESSES": "2",
-                "JAXPAR_PROCESS_ID": str(rank),
-                "JAX_NUM_CPU_DEVICES": "1",
-                "JAX_PLATFORMS": "cpu",
-            },
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for rank in range(2)
-    ]
+    ranks = start_without_launcher(job, how)
     outputs = [rank.communicate(timeout=60) for rank in ranks]
     took = time.monotonic() - started
     assert ranks[0].returncode == -signal.SIGABRT, outputs[0]
@@ -323,6 +299,28 @@ def test_the_pages_state_jax_default_timeouts():
     defaults = inspect.signature(jax.distributed.initialize).parameters
     assert defaults["heartbeat_timeout_seconds"].default == 100
     assert defaults["shutdown_timeout_seconds"].default == 300
+
+
+def start_without_launcher(job: Path, *args: str) -> list[subprocess.Popen]:
+    """Two ranks of ``job`` started as a cluster would, each told its rank by hand."""
+    port = socket_port()
+    return [
+        subprocess.Popen(
+            [sys.executable, str(job), *args],
+            env={
+                **os.environ,
+                "JAXPAR_COORDINATOR": f"127.0.0.1:{port}",
+                "JAXPAR_NUM_PROCESSES": "2",
+                "JAXPAR_PROCESS_ID": str(rank),
+                "JAX_NUM_CPU_DEVICES": "1",
+                "JAX_PLATFORMS": "cpu",
+            },
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(2)
+    ]
 
 
 def socket_port() -> int:
@@ -360,24 +358,7 @@ EXIT_AT_ONCE = textwrap.dedent(
 def test_on_a_cluster_a_rank_that_exits_at_once_lets_the_scheduler_act(tmp_path):
     job = tmp_path / "job.py"
     job.write_text(EXIT_AT_ONCE, encoding="utf-8")
-    port = socket_port()
-    ranks = [
-        subprocess.Popen(
-            [sys.executable, str(job)],
-            env={
-                **os.environ,
-                "JAXPAR_COORDINATOR": f"127.0.0.1:{port}",
-                "JAXPAR_NUM_PROCESSES": "2",
-                "JAXPAR_PROCESS_ID": str(rank),
-                "JAX_NUM_CPU_DEVICES": "1",
-                "JAX_PLATFORMS": "cpu",
-            },
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for rank in range(2)
-    ]
+    ranks = start_without_launcher(job)
     try:
         _, err = ranks[1].communicate(timeout=30)  # far less than the 60 s timeouts
         assert ranks[1].returncode == 1, err
