@@ -40,6 +40,7 @@ CHAPTERS = {
     "distributed_arrays": "Distributed arrays",
     "multi_process": "Beyond one process",
     "model_sharding": "Beyond one process",
+    "training_step": "A real training step",
     "checkpoints": "Checkpoints and data across processes",
     "seeing_what_runs": "Seeing what runs",
 }
