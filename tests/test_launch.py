@@ -181,7 +181,7 @@ def test_a_rank_that_never_connects_fails_the_run(tmp_path):
             initialize_distributed()  # rank 1 never joins
         """,
     )
-    result = launch("--nproc", "2", "--devices-per-process", "1", "--init-timeout", "3", str(job))
+    result = launch("--nproc", "2", "--devices-per-process", "1", "--init-timeout", "1", str(job))
     assert result.returncode != 0
     assert "rank 0 exited with status" in result.stdout
 

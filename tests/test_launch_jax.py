@@ -17,8 +17,10 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import jax
@@ -145,7 +147,7 @@ def no_noise(output: str) -> None:
         assert noise not in output, f"{noise!r} in the launcher's output:\n{output}"
 
 
-def check_failure(folder: Path, case: Case) -> None:
+def check_failure(folder: Path, *, case: Case) -> None:
     """Run one case and check everything the issue promises about it."""
     folder.mkdir()
     launcher = start_launcher(folder, RANK, str(case.failing), case.how, case.when, case.others)
@@ -169,19 +171,23 @@ def check_failure(folder: Path, case: Case) -> None:
     assert survivors(folder) == []
 
 
-def run_concurrently(check, cases: list, folder: Path) -> None:
-    """Run independent cases at once (their time is mostly waiting), then report every
-    case that failed, by name."""
-    with ThreadPoolExecutor(max_workers=len(cases)) as pool:
+def run_concurrently(checks: dict[str, Callable[[Path], None]], folder: Path) -> None:
+    """Run independent checks at once, each in its own folder (their time is mostly
+    waiting), then report every check that failed, by name."""
+    with ThreadPoolExecutor(max_workers=len(checks)) as pool:
         futures = {
-            pool.submit(check, folder / f"case-{i}", case): case for i, case in enumerate(cases)
+            pool.submit(check, folder / f"case-{i}"): name
+            for i, (name, check) in enumerate(checks.items())
         }
     failed = [f"{futures[f]}: {f.exception()!r}" for f in futures if f.exception()]
     assert not failed, "\n\n".join(failed)
 
 
-def test_a_failing_rank_ends_the_run_within_seconds(tmp_path):
-    run_concurrently(check_failure, CASES, tmp_path)
+def test_the_run_ends_within_seconds_of_a_failure_ctrl_c_or_timeout(tmp_path):
+    """Every failure case, Ctrl-C and the launcher's timeout, at once."""
+    checks = {str(case): partial(check_failure, case=case) for case in CASES}
+    checks |= {"Ctrl-C": check_ctrl_c, "--timeout": check_timeout}
+    run_concurrently(checks, tmp_path)
 
 
 def test_a_successful_run_ends_cleanly_and_promptly(tmp_path):
@@ -196,10 +202,11 @@ def test_a_successful_run_ends_cleanly_and_promptly(tmp_path):
     assert "barrier" not in (out + err).lower()
 
 
-def test_ctrl_c_stops_real_jax_ranks(tmp_path):
-    launcher = start_launcher(tmp_path, RANK, "-1", "raise", "after", "collective")
+def check_ctrl_c(folder: Path) -> None:
+    folder.mkdir()
+    launcher = start_launcher(folder, RANK, "-1", "raise", "after", "collective")
     deadline = time.monotonic() + 60
-    while len(list(tmp_path.glob("pids-*"))) < 2 and time.monotonic() < deadline:
+    while len(list(folder.glob("pids-*"))) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     launcher.send_signal(signal.SIGINT)
     interrupted = time.time()
@@ -208,16 +215,17 @@ def test_ctrl_c_stops_real_jax_ranks(tmp_path):
     assert launcher.returncode == EXIT_INTERRUPTED
     assert "interrupted; stopping every rank" in out
     no_noise(out + err)
-    assert survivors(tmp_path) == []
+    assert survivors(folder) == []
 
 
-def test_timeout_stops_real_jax_ranks(tmp_path):
-    launcher = start_launcher(tmp_path, RANK, "-1", "raise", "after", "sleep", timeout="5")
+def check_timeout(folder: Path) -> None:
+    folder.mkdir()
+    launcher = start_launcher(folder, RANK, "-1", "raise", "after", "sleep", timeout="4")
     out, err = launcher.communicate(timeout=60)
     assert launcher.returncode == EXIT_TIMEOUT
-    assert "timeout: ranks [0, 1] still running after 5 s" in out
+    assert "timeout: ranks [0, 1] still running after 4 s" in out
     no_noise(out + err)
-    assert survivors(tmp_path) == []
+    assert survivors(folder) == []
 
 
 def test_outside_the_launcher_a_script_runs_as_python_runs_it(tmp_path):
@@ -268,7 +276,7 @@ CLUSTER_CASES = [
 ]
 
 
-def check_without_launcher(folder: Path, case: tuple[str, int, str]) -> None:
+def check_without_launcher(folder: Path, *, case: tuple[str, int, str]) -> None:
     how, rank_1_status, error = case
     folder.mkdir()
     job = folder / "job.py"
@@ -290,8 +298,11 @@ def test_without_the_launcher_jax_timeouts_decide_when_the_run_ends(tmp_path):
     """What the multi-process page says happens on a cluster. A rank that raises waits at
     JAX's shutdown barrier; one that dies is noticed when its heartbeats stop; either way
     the others abort only after that timeout, with C++ traces. The shutdown timeout also ends
-    a healthy run whose ranks finish further apart than it allows."""
-    run_concurrently(check_without_launcher, CLUSTER_CASES, tmp_path)
+    a healthy run whose ranks finish further apart than it allows. And the page's recipe
+    for a rank that really exits at once, checked at the same time."""
+    checks = {f"{case[0]}": partial(check_without_launcher, case=case) for case in CLUSTER_CASES}
+    checks["os._exit recipe"] = check_exits_at_once
+    run_concurrently(checks, tmp_path)
 
 
 def test_the_pages_state_jax_default_timeouts():
@@ -355,8 +366,10 @@ EXIT_AT_ONCE = textwrap.dedent(
 )
 
 
-def test_on_a_cluster_a_rank_that_exits_at_once_lets_the_scheduler_act(tmp_path):
-    job = tmp_path / "job.py"
+def check_exits_at_once(folder: Path) -> None:
+    """On a cluster, a rank that exits at once lets the scheduler act."""
+    folder.mkdir()
+    job = folder / "job.py"
     job.write_text(EXIT_AT_ONCE, encoding="utf-8")
     ranks = start_without_launcher(job)
     try:

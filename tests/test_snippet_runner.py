@@ -13,6 +13,7 @@ from sitetools.snippets import (
     read_sections,
     run,
     section,
+    uses_devices,
 )
 
 
@@ -20,6 +21,20 @@ def write(tmp_path: Path, source: str) -> Path:
     path = tmp_path / "example.py"
     path.write_text(textwrap.dedent(source), encoding="utf-8")
     return path
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("import jax\nprint(jax.numpy.ones(3))  # a jax.devices() comment\n", False),
+        ('"""On 8 devices."""\nimport jax\nprint(jax.device_count())\n', True),
+        ("from jax.sharding import NamedSharding\n", True),
+        ("import jax\nmesh = jax.make_mesh((2,), ('x',))\n", True),
+    ],
+)
+def test_a_snippet_uses_devices_when_its_code_names_them(tmp_path, source, expected):
+    """Names in comments and strings do not count; names in code and imports do."""
+    assert uses_devices(write(tmp_path, source)) is expected
 
 
 def test_cells_are_named_and_keep_their_line_numbers(tmp_path):

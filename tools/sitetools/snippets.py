@@ -27,6 +27,7 @@ Command line (``PYTHONPATH=tools``)::
 from __future__ import annotations
 
 import argparse
+import ast
 import builtins
 import contextlib
 import io
@@ -223,6 +224,33 @@ def needed_devices(snippet: Path) -> int | None:
     """The device count a snippet's lesson needs exactly (its ``# needs N devices:`` line)."""
     match = NEEDS_DEVICES_MARKER.search(snippet.read_text(encoding="utf-8"))
     return int(match["count"]) if match else None
+
+
+# The names through which a program learns how many devices there are or places data on
+# them; a snippet that uses none of them runs the same on any number of devices.
+DEVICE_NAMES = frozenset(
+    "devices local_devices device_count local_device_count make_mesh Mesh pmap shard_map "
+    "NamedSharding PartitionSpec set_mesh device_put sharding reshard "
+    "with_sharding_constraint".split()
+)
+
+
+def uses_devices(snippet: Path) -> bool:
+    """Whether a snippet names any of ``DEVICE_NAMES``, as a name, an attribute or an
+    import: if not, its output cannot depend on how many devices there are."""
+    tree = ast.parse(snippet.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            names = {node.id}
+        elif isinstance(node, ast.Attribute):
+            names = {node.attr}
+        elif isinstance(node, ast.ImportFrom):
+            names = {alias.name for alias in node.names}
+        else:
+            continue
+        if names & DEVICE_NAMES:
+            return True
+    return False
 
 
 def run_on_fewer_devices(snippets: list[Path], devices: int, timeout: float = 300) -> RunResult:
