@@ -127,7 +127,12 @@ class GPT(nnx.Module):
     def __call__(self, tokens):  # (batch, time) integers -> (batch, time, vocab) logits
         spec = P(*jax.typeof(tokens).sharding.spec, None)  # batch split as the tokens are
         table = self.tokens.embedding[...]
-        x = table.at[tokens].get(out_sharding=spec)  # a lookup into a sharded table
+        # Whole along `embed` before the lookup, still split as the rules split `vocab`. Rows
+        # looked up keep the table's split of `embed`; over the batch's own mesh axis (FSDP x
+        # tensor) that is a layout XLA's partitioner reaches only by replicating them.
+        vocab = jax.typeof(table).sharding.spec.partitions[0]
+        table = jax.reshard(table, P(vocab, None))
+        x = table.at[tokens].get(out_sharding=spec)  # a lookup into a table split by rows
         positions = jax.reshard(self.positions.embedding[...], P())  # gathered whole
         x = (x + positions[: tokens.shape[1]]).astype(self.config.dtype)
         for block in self.blocks:
@@ -264,8 +269,8 @@ def train(layout, params, opt_state, steps=STEPS, mesh=mesh):
         x, y = jax.device_put(get_batch(0), batch)
         compiled = train_step.lower(params, opt_state, x, y, graphdef).compile()
         losses = []
-        for step in range(steps):
-            x, y = jax.device_put(get_batch(step), batch)
+        for step_number in range(steps):
+            x, y = jax.device_put(get_batch(step_number), batch)
             params, opt_state, loss = compiled(params, opt_state, x, y)
             losses.append(loss)
     return compiled, np.array(jax.device_get(losses))  # one fetch, after the loop
@@ -466,7 +471,7 @@ print(
 # --8<-- [start:policies]
 POLICIES = {
     "dots_with_no_batch_dims_saveable": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
-    'save_only_these_names("attention")': named["remat"],  # the policy of rows 3 to 5
+    'save_only_these_names("attention")': named["remat"],  # the policy of rows 4 and 5
 }
 
 
