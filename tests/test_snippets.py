@@ -47,6 +47,12 @@ def test_snippet_output_matches_recording(snippet: Path):
     assert result.returncode == status, (
         f"{name} ended with status {result.returncode}, not {status}:\n{result.stdout}{result.stderr}"
     )
+    # XLA's partitioner replicates an array it cannot re-lay out with a collective, and
+    # says so on stderr: a reader who copies the snippet would see it, and pay for it.
+    assert "Involuntary full rematerialization" not in result.stderr, (
+        f"{name}: XLA replicated an array to change its sharding (below); give the "
+        f"partitioner a layout it can reach:\n{result.stderr}"
+    )
     recorded = output_path(snippet)
     rerecord = f"re-record with: {RECORD_COMMAND} SNIPPETS={name}"
     assert recorded.exists(), f"{recorded.relative_to(REPO)} is missing; {rerecord}"
