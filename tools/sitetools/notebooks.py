@@ -42,6 +42,7 @@ CHAPTERS = {
     "model_sharding": "Beyond one process",
     "training_step": "A real training step",
     "checkpoints": "Checkpoints and data across processes",
+    "more_splits": "More ways to split",
     "seeing_what_runs": "Seeing what runs",
 }
 KERNEL = {"name": "python3", "display_name": "Python 3", "language": "python"}
