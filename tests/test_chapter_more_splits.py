@@ -158,6 +158,13 @@ class TestCollectiveMatmul:
         assert formula(r"^the ring:.*", text) == [block, (N - 1) * block]
         assert (a_bytes, block, (N - 1) * block) == (4_096, 512, 3_584)
 
+    def test_xla_cpu_emits_synchronous_collectives(self):
+        """`show` prints `-start` for an asynchronous collective; the page says none is."""
+        assert "-start x" not in "\n".join(OUT.values())
+        assert "`collective-permute`, not `collective-permute-start`" in (
+            PAGES["collective-matmul"].replace("\n", " ")
+        )
+
 
 class TestRingAttention:
     def layouts(self) -> dict[str, tuple[str, list[int], list[int], int]]:
@@ -270,6 +277,20 @@ class TestExperts:
             "JaxRuntimeError: UNIMPLEMENTED: HLO opcode `ragged-all-to-all`"
         )
         assert "XLA:CPU" in OUT["ragged"]
+
+    def test_the_ragged_plan_delivers_every_choice(self):
+        """The plan, run through ragged_all_to_all's documented semantics, gives each expert
+        the choices the router made (the same as the fixed-capacity layer's), none dropped."""
+        text = OUT["ragged"]
+        assert "each expert gets exactly its choices: True" in text
+        rows = re.search(r"rows per expert: \[([\d, ]+)\], of room for (\d+) each", text)
+        wanted = re.search(r"choices per expert, of \d+: \[([\d, ]+)\]", OUT["experts_check"])
+        assert rows[1] == wanted[1]
+        per_expert = [int(n) for n in rows[1].split(", ")]
+        assert sum(per_expert) == N * TOKENS * TOP_K and max(per_expert) == 42 > N * CAPACITY
+        assert int(rows[2]) == N * TOKENS == 128  # a token's choices are different experts
+        page = PAGES["experts"]
+        assert "42 to expert 1" in page and "room for 32" in page and "here 128 rows" in page
 
     def test_the_table_of_splits(self):
         table = PAGES["experts"].split("## Which split, when")[1].split("## Pitfalls")[0]

@@ -37,13 +37,15 @@ EXPLICIT = (AxisType.Explicit,)
 
 
 def show(compiled, trips=None):
-    """Print each kind of collective of a compiled program: how many, where, and the bytes
-    of their results on one device. One in a loop body appears once in the HLO but runs
-    once per iteration: its bytes are multiplied by `trips`, the loop's trip count."""
+    """Print each kind of collective of a compiled program (its HLO opcode, `-start` where
+    it is asynchronous): how many, where, and the bytes of their results on one device.
+    One in a loop body appears once in the HLO but runs once per iteration: its bytes are
+    multiplied by `trips`, the loop's trip count."""
     found = {}
     for c in summarise(compiled).collectives:
-        count, size = found.get((c.kind, c.in_loop), (0, 0))
-        found[c.kind, c.in_loop] = (count + 1, size + c.result_bytes)
+        kind = c.kind + ("-start" if c.asynchronous else "")
+        count, size = found.get((kind, c.in_loop), (0, 0))
+        found[kind, c.in_loop] = (count + 1, size + c.result_bytes)
     for (kind, in_loop), (count, size) in sorted(found.items()):
         if in_loop:
             print(f"  {kind} x{count} in the loop: {size:,} B x {trips} trips = {size * trips:,} B")
@@ -443,26 +445,55 @@ print(
 
 # %% ragged
 # --8<-- [start:ragged]
-def ragged_dispatch(x, router):
-    """The same exchange without a capacity: each expert receives exactly its tokens."""
-    _, experts = lax.top_k(x @ router, TOP_K)
+def exchange_plan(x, router):
+    """The arguments of a ragged exchange without a capacity: each expert receives exactly
+    the choices routed to it, from every device."""
+    _, experts = lax.top_k(x @ router, TOP_K)  # the same choices as the softmax's
     order = jnp.argsort(experts.reshape(-1))  # the choices, grouped by expert
-    tokens = x[order // TOP_K]
-    send_sizes = jnp.bincount(experts.reshape(-1), length=N)
-    recv_sizes = lax.all_to_all(send_sizes, "expert", 0, 0, tiled=True)
-    # Where each sender's tokens start at each receiver: an exchange of sizes comes first.
+    send_sizes = jnp.bincount(experts.reshape(-1), length=N)  # rows to each expert
+    recv_sizes = lax.all_to_all(send_sizes, "expert", 0, 0, tiled=True)  # rows from each device
+    # output_offsets say where the rows land in each *receiver's* buffer: each receiver
+    # works out where every sender's rows start, and an all_to_all hands that to the senders.
     output_offsets = lax.all_to_all(jnp.cumsum(recv_sizes) - recv_sizes, "expert", 0, 0, tiled=True)
-    room = jnp.zeros((N * TOKENS * TOP_K, WIDTH))  # still a fixed shape: the worst case
-    return lax.ragged_all_to_all(
-        tokens, room, jnp.cumsum(send_sizes) - send_sizes, send_sizes, output_offsets,
-        recv_sizes, axis_name="expert",
+    # The result takes its type from the buffer it is written into: make it varying.
+    room = lax.pcast(jnp.zeros((N * TOKENS, WIDTH)), "expert", to="varying")  # for all tokens
+    return (
+        x[order // TOP_K], room, jnp.cumsum(send_sizes) - send_sizes, send_sizes,
+        output_offsets, recv_sizes,
     )  # fmt: skip
 
 
-ragged = jax.jit(jax.shard_map(ragged_dispatch, in_specs=(P("expert"), P()), out_specs=P("expert")))
+def ragged_dispatch(x, router):
+    return lax.ragged_all_to_all(*exchange_plan(x, router), axis_name="expert")
+
+
+def documented_exchange(rows, room, input_offsets, send_sizes, output_offsets, recv_sizes):
+    """ragged_all_to_all as its docstring defines it, in NumPy, for all devices at once
+    (each argument stacked by device): device d writes its rows for device e into e's room."""
+    result = np.array(room)
+    for d in range(N):
+        for e in range(N):
+            sent = rows[d, input_offsets[d, e] :][: send_sizes[d, e]]
+            result[e, output_offsets[d, e] :][: len(sent)] = sent
+    assert (recv_sizes == send_sizes.T).all()  # what each device expects, from whom
+    return result
+
+
+by_expert = dict(in_specs=(P("expert"), P()), out_specs=P("expert"))
+split_plan = jax.jit(jax.shard_map(exchange_plan, **by_expert))
+ragged = jax.jit(jax.shard_map(ragged_dispatch, **by_expert))
 with jax.set_mesh(expert_mesh):
+    plan = [np.asarray(a).reshape(N, -1, *a.shape[1:]) for a in split_plan(inputs[0], router)]
     try:
         ragged.lower(inputs[0], router).compile()
     except Exception as error:  # JaxRuntimeError
         print(f"{type(error).__name__}: {str(error).split('. ')[0]}.")
+received = documented_exchange(*plan)
+chosen = np.asarray(lax.top_k(x @ router, TOP_K)[1])  # (token, k), for all 128 tokens
+exact = True
+for e in range(N):
+    rows = x[(chosen == e).any(1)]  # the tokens that chose e, by device, in token order
+    exact &= np.array_equal(received[e, : len(rows)], rows) and not received[e, len(rows) :].any()
+print(f"the plan through the documented semantics: each expert gets exactly its choices: {exact}")
+print(f"rows per expert: {plan[-1].sum(1).tolist()}, of room for {N * TOKENS} each")
 # --8<-- [end:ragged]
