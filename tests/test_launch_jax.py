@@ -183,10 +183,17 @@ def run_concurrently(checks: dict[str, Callable[[Path], None]], folder: Path) ->
     assert not failed, "\n\n".join(failed)
 
 
-def test_the_run_ends_within_seconds_of_a_failure_ctrl_c_or_timeout(tmp_path):
-    """Every failure case, Ctrl-C and the launcher's timeout, at once."""
+def test_every_way_a_run_of_real_jax_ranks_ends(tmp_path):
+    """Every failure case, Ctrl-C and the launcher's timeout; and, at the same time (all
+    of them mostly wait), the same kind of run without the launcher, as on a cluster: see
+    ``check_without_launcher`` and ``check_exits_at_once``."""
     checks = {str(case): partial(check_failure, case=case) for case in CASES}
     checks |= {"Ctrl-C": check_ctrl_c, "--timeout": check_timeout}
+    checks |= {
+        f"without the launcher, {case[0]}": partial(check_without_launcher, case=case)
+        for case in CLUSTER_CASES
+    }
+    checks["without the launcher, the os._exit recipe"] = check_exits_at_once
     run_concurrently(checks, tmp_path)
 
 
@@ -277,6 +284,10 @@ CLUSTER_CASES = [
 
 
 def check_without_launcher(folder: Path, *, case: tuple[str, int, str]) -> None:
+    """What the multi-process page says happens on a cluster. A rank that raises waits at
+    JAX's shutdown barrier; one that dies is noticed when its heartbeats stop; either way
+    the others abort only after that timeout, with C++ traces. The shutdown timeout also
+    ends a healthy run whose ranks finish further apart than it allows."""
     how, rank_1_status, error = case
     folder.mkdir()
     job = folder / "job.py"
@@ -292,17 +303,6 @@ def check_without_launcher(folder: Path, *, case: tuple[str, int, str]) -> None:
     stderr = outputs[0][1]
     assert "Terminating process because the JAX distributed service detected fatal" in stderr
     assert error in stderr
-
-
-def test_without_the_launcher_jax_timeouts_decide_when_the_run_ends(tmp_path):
-    """What the multi-process page says happens on a cluster. A rank that raises waits at
-    JAX's shutdown barrier; one that dies is noticed when its heartbeats stop; either way
-    the others abort only after that timeout, with C++ traces. The shutdown timeout also ends
-    a healthy run whose ranks finish further apart than it allows. And the page's recipe
-    for a rank that really exits at once, checked at the same time."""
-    checks = {f"{case[0]}": partial(check_without_launcher, case=case) for case in CLUSTER_CASES}
-    checks["os._exit recipe"] = check_exits_at_once
-    run_concurrently(checks, tmp_path)
 
 
 def test_the_pages_state_jax_default_timeouts():
