@@ -209,18 +209,23 @@ class Launcher:
         it finished; a rank that closes the socket without a word is suspected of dying."""
         said = False
         with control, control.makefile("rb") as reports:
-            for report in reports:
-                said = True
-                words = report.split()
-                if words[:1] == [b"fail"]:
-                    # The rank waits for the answer, so no other rank can have noticed
-                    # anything yet: what they print meanwhile is still theirs to show.
-                    time.sleep(SETTLE_SECONDS)
-                    self._record(rank, int(words[1]))
-                    try:
-                        control.sendall(b"k")
-                    except OSError:
-                        pass
+            try:
+                for report in reports:
+                    said = True
+                    words = report.split()
+                    if words[:1] == [b"fail"]:
+                        # The rank waits for the answer, so no other rank can have noticed
+                        # anything yet: what they print meanwhile is still theirs to show.
+                        time.sleep(SETTLE_SECONDS)
+                        self._record(rank, int(words[1]))
+                        try:
+                            control.sendall(b"k")
+                        except OSError:
+                            pass
+            except ConnectionResetError:
+                # The rank stopped waiting for the answer (on a loaded machine) and exited
+                # with it unread: its report, if it made one, is recorded all the same.
+                pass
             if not said:
                 self._record(rank, None)
             with self._lock:
