@@ -211,7 +211,9 @@ def test_a_successful_run_ends_cleanly_and_promptly(tmp_path):
 
 def check_ctrl_c(folder: Path) -> None:
     folder.mkdir()
-    launcher = start_launcher(folder, RANK, "-1", "raise", "after", "collective")
+    # The ranks sleep: JAX catches the launcher's SIGTERM (as a preemption notice) and
+    # carries on, so they are killed after the launcher's grace period whatever they do.
+    launcher = start_launcher(folder, RANK, "-1", "raise", "after", "sleep")
     deadline = time.monotonic() + 60
     while len(list(folder.glob("pids-*"))) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
