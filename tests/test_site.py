@@ -15,7 +15,7 @@ import pytest
 from sitebuild import build, copy_project
 from sitetools import REPO
 from sitetools.i18n import load_languages
-from sitetools.notebooks import NOTEBOOK_ROOT
+from sitetools.notebooks import NOTEBOOK_ROOT, notebook_for
 from sitetools.snippets import discover, output_path, parse_cells, read_sections
 
 LANGUAGES = load_languages()
@@ -171,6 +171,21 @@ def test_notebook_page_and_download_in_every_language(site, snippet):
         for name, text in recorded.items():
             assert outputs[name] == text, (code, name)
             assert text.splitlines()[0] in unescape(html)
+
+
+def test_no_page_loads_mathjax_from_a_cdn(site):
+    pages = list(site.rglob("*.html"))
+    assert pages
+    for page in pages:
+        html = page.read_text(encoding="utf-8")
+        assert "data-mkdocs-jupyter-mathjax" not in html and "mathjax@" not in html, page
+
+
+def test_a_docstring_with_tex_math_is_refused_for_its_notebook(tmp_path):
+    snippet = tmp_path / "formula.py"
+    snippet.write_text('"""The loss falls as $1/n$."""\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"formula\.py: its docstring holds TeX math"):
+        notebook_for(snippet)
 
 
 def test_generated_notebooks_are_not_committed():

@@ -73,6 +73,11 @@ def on_page_context(context, page, config, nav):
     return context
 
 
+@event_priority(-100)  # after mkdocs-jupyter has added its MathJax loader
+def on_post_page(output, page, config):
+    return notebooks.without_mathjax(output)
+
+
 def on_post_build(config):
     notebooks.copy_scripts(config)
     language = i18n.language_of(config)

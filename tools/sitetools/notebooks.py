@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import functools
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,11 @@ CHAPTERS = {
     "seeing_what_runs": "Seeing what runs",
 }
 KERNEL = {"name": "python3", "display_name": "Python 3", "language": "python"}
+# mkdocs-jupyter puts on every page a loader that fetches MathJax from a CDN when a notebook
+# is shown. The notebooks hold no math (notebook_for refuses TeX in a docstring), so the
+# loader goes, and no request leaves the site.
+MATHJAX_LOADER = re.compile(r"<script data-mkdocs-jupyter-mathjax=.*?</script>\n?", re.DOTALL)
+TEX_MATH = re.compile(r"\$\$|\\\(|\\\[|\$[^\s$][^$\n]*\$")
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,14 @@ def notebook_for(snippet: Path) -> nbformat.NotebookNode:
     outputs = read_sections(recorded.read_text(encoding="utf-8")) if recorded.exists() else {}
     cells = []
     if docstring:
+        math = TEX_MATH.search(docstring)
+        if math:
+            raise ValueError(
+                f"{snippet}: its docstring holds TeX math ({math[0]!r}), "
+                f"which its notebook page cannot draw: the site loads no MathJax (it would "
+                f"come from a CDN). Say it in words, or show the formula on the tutorial "
+                f"page, where KaTeX draws it."
+            )
         first, _, rest = docstring.partition("\n")
         cells.append(new_markdown_cell(f"# {first.rstrip('.')}\n{rest}".rstrip(), id="docstring"))
     count = 0
@@ -131,6 +145,15 @@ def copy_scripts(config: MkDocsConfig) -> None:
         target = Path(config.site_dir) / NAV_PREFIX / relative.with_suffix("") / relative.name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(snippet, target)
+
+
+def without_mathjax(html: str) -> str:
+    """A built page without mkdocs-jupyter's MathJax loader.
+
+    >>> without_mathjax('<p>x</p><script data-mkdocs-jupyter-mathjax="{}">load()</script>\\n')
+    '<p>x</p>'
+    """
+    return MATHJAX_LOADER.sub("", html)
 
 
 def is_notebook(file: File) -> bool:
