@@ -68,6 +68,14 @@ def test_run_records_each_cells_output(tmp_path):
     assert result.stdout == section("preamble", "start\n") + section("loud", "2\n")
 
 
+def test_what_a_snippet_leaves_in_the_temporary_folder_is_removed(tmp_path):
+    source = "import tempfile\nfolder = tempfile.mkdtemp()\nprint(folder)\n"
+    result = run(write(tmp_path, source))
+    assert result.returncode == 0, result.stderr
+    left = Path(result.stdout.splitlines()[1])  # after the section's start marker
+    assert left.name and not left.exists() and not left.parent.exists()
+
+
 def test_failing_snippet_reports_its_traceback_with_real_lines(tmp_path):
     path = write(tmp_path, 'print("ok")\n# %% boom\nx = 1\nraise ValueError("broken on purpose")\n')
     result = run(path)

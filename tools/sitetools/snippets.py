@@ -36,7 +36,9 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 import traceback
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -260,14 +262,27 @@ def run_on_fewer_devices(snippets: list[Path], devices: int, timeout: float = 30
     and as only whether they run counts, XLA compiles them without its optimisations,
     which change how fast a program runs, not whether it does (a quarter less CPU).
     ``stderr`` names every snippet that failed, with its traceback."""
-    env = {**os.environ, **RUN_ENVIRONMENT, "PYTHONPATH": str(REPO / "tools")}
-    env[ENV_DEVICE_COUNT] = str(devices)
-    env["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"
     command = [sys.executable, "-m", "sitetools.snippets", "run", *map(str, snippets)]
-    process = subprocess.run(
-        command, capture_output=True, text=True, env=env, timeout=timeout, cwd=REPO
-    )
+    with environment(devices) as env:
+        env["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"
+        process = subprocess.run(
+            command, capture_output=True, text=True, env=env, timeout=timeout, cwd=REPO
+        )
     return RunResult(snippets[0], process.returncode, process.stdout, process.stderr)
+
+
+@contextlib.contextmanager
+def environment(devices: int | None = None) -> Iterator[dict[str, str]]:
+    """The environment variables a snippet runs with, ``devices`` simulated devices if not
+    8, and a temporary folder of its own (``TMPDIR``) that is removed after the run, so that
+    what snippets leave in ``tempfile``'s folder does not pile up in /tmp run after run."""
+    with tempfile.TemporaryDirectory(prefix="snippet-") as folder:
+        env = {**os.environ, **RUN_ENVIRONMENT, "PYTHONPATH": str(REPO / "tools")}
+        env["TMPDIR"] = folder
+        env.pop("FORCE_COLOR", None)
+        if devices is not None:
+            env[ENV_DEVICE_COUNT] = str(devices)
+        yield env
 
 
 def run(snippet: Path, timeout: float = 300, devices: int | None = None) -> RunResult:
@@ -278,10 +293,11 @@ def run(snippet: Path, timeout: float = 300, devices: int | None = None) -> RunR
     ``devices`` runs a single-process snippet on that many simulated devices instead of 8,
     as a reader's machine with fewer accelerators would.
     """
-    env = {**os.environ, **RUN_ENVIRONMENT, "PYTHONPATH": str(REPO / "tools")}
-    env.pop("FORCE_COLOR", None)
-    if devices is not None:
-        env[ENV_DEVICE_COUNT] = str(devices)
+    with environment(devices) as env:
+        return _run(snippet, env, timeout)
+
+
+def _run(snippet: Path, env: dict[str, str], timeout: float) -> RunResult:
     command = [sys.executable, "-m", "sitetools.snippets", "run", str(snippet)]
     options = launch_arguments(snippet)
     if options is not None and expected_status(snippet) != 0:
