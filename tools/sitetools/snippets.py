@@ -15,8 +15,8 @@ every rank's lines and the launcher's own, as a reader would see it.
 
 Snippets size their meshes from ``jax.device_count()``, so that a reader's machine with 1,
 2 or 4 GPUs runs them too; one whose lesson needs exactly 8 devices says so in a line
-``# needs 8 devices: <why, and how to run it elsewhere>``. ``run(snippet, devices=N)``
-runs a snippet on N simulated devices instead of the 8 it asks for.
+``# needs 8 devices: <why, and how to run it elsewhere>``. ``run_on_fewer_devices``
+runs snippets on N simulated devices instead of the 8 they ask for.
 
 Command line (``PYTHONPATH=tools``)::
 
@@ -55,7 +55,7 @@ LAUNCH_MARKER = re.compile(r"^# jaxpar\.launch: (?P<options>.+)$", re.MULTILINE)
 EXIT_STATUS_MARKER = re.compile(r"^# exits with status (?P<status>\d+): (?P<why>.+)$", re.MULTILINE)
 NEEDS_DEVICES_MARKER = re.compile(r"^# needs (?P<count>\d+) devices: (?P<why>.+)$", re.MULTILINE)
 DEVICE_COUNT_LINE = 'jax.config.update("jax_num_cpu_devices", 8)'
-# Set by run(devices=N): the snippet's DEVICE_COUNT_LINE asks for N devices instead.
+# Set by run_on_fewer_devices: the snippet's DEVICE_COUNT_LINE asks for N devices instead.
 ENV_DEVICE_COUNT = "SITETOOLS_DEVICE_COUNT"
 # Gloo, the CPU collectives library, logs each connection to standard output.
 GLOO_LOG = re.compile(r"\[Gloo\]|connected peer ranks")
@@ -285,15 +285,13 @@ def environment(devices: int | None = None) -> Iterator[dict[str, str]]:
         yield env
 
 
-def run(snippet: Path, timeout: float = 300, devices: int | None = None) -> RunResult:
+def run(snippet: Path, timeout: float = 300) -> RunResult:
     """Run a snippet in a fresh Python process, as the tests and ``make outputs`` do.
 
     A multi-process snippet (one with a ``# jaxpar.launch: OPTIONS`` line) runs under
     ``python -m jaxpar.launch OPTIONS``; its recorded output is that of process 0.
-    ``devices`` runs a single-process snippet on that many simulated devices instead of 8,
-    as a reader's machine with fewer accelerators would.
     """
-    with environment(devices) as env:
+    with environment() as env:
         return _run(snippet, env, timeout)
 
 
