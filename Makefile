@@ -16,7 +16,7 @@ export NO_MKDOCS_2_WARNING := 1
 export UV_PYTHON_DOWNLOADS := never
 export PYTHONPATH := tools
 
-.PHONY: help serve build test test-browser links test-latest outputs vendor lock check-python clean
+.PHONY: help serve build test test-browser links test-latest outputs diagrams vendor lock check-python clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -47,7 +47,10 @@ test-latest: check-python ## the same tests against the newest releases instead 
 outputs: $(VENV)/.installed ## re-record the output of every snippet (or SNIPPETS="snippets/x/y.py ...")
 	$(BIN)/python -m sitetools.snippets record $(SNIPPETS)
 
-vendor: $(VENV)/.installed ## re-download Mermaid and KaTeX (versions in tools/sitetools/vendor.py)
+diagrams: $(VENV)/.installed ## draw new or edited Mermaid diagrams into docs/diagrams/ (needs Chromium)
+	$(BIN)/python -m sitetools.diagrams
+
+vendor: $(VENV)/.installed ## re-download Mermaid (its version is in tools/sitetools/vendor.py)
 	$(BIN)/python -m sitetools.vendor
 
 lock: $(VENV)/.installed ## update uv.lock after editing the dependencies in pyproject.toml

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from sitetools import REPO
+from sitetools.i18n import load_languages
 
 
 def build(project: Path, site_dir: Path) -> subprocess.CompletedProcess:
@@ -102,10 +103,10 @@ def copy_project(target: Path) -> Path:
         else:
             (target / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target / name)
-    for language in (REPO / "docs").iterdir():
-        for page in SMALL_PAGES if language.is_dir() else []:
-            (target / "docs" / language.name).mkdir(parents=True, exist_ok=True)
-            shutil.copy2(language / page, target / "docs" / language.name / page)
+    for code in load_languages():
+        for page in SMALL_PAGES:
+            (target / "docs" / code).mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / "docs" / code / page, target / "docs" / code / page)
     for suffix in (".py", ".out"):
         snippet = Path("snippets") / f"{SMALL_SNIPPET}{suffix}"
         (target / snippet).parent.mkdir(parents=True, exist_ok=True)

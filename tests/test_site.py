@@ -196,9 +196,14 @@ def test_generated_notebooks_are_not_committed():
 # Breaking a copy of the site on purpose ------------------------------------------------
 
 
-def test_missing_page_falls_back_to_english_with_a_notice(tmp_path):
-    project = copy_project(tmp_path / "project")
-    extra = "# An untranslated page {#untranslated}\n\nOnly in English.\n"
+def test_a_new_english_page_falls_back_with_a_notice_and_its_new_diagram_in_the_browser(
+    tmp_path,
+):
+    project = copy_project(tmp_path / "project")  # without docs/diagrams/: nothing is drawn
+    extra = (
+        "# An untranslated page {#untranslated}\n\nOnly in English, with \\(x^2\\).\n\n"
+        "```mermaid\nflowchart LR\n    accTitle: Not drawn yet\n    a --> b\n```\n"
+    )
     (project / "docs" / "en" / "extra.md").write_text(extra, encoding="utf-8")
     config = project / "mkdocs.yml"
     config.write_text(
@@ -211,10 +216,16 @@ def test_missing_page_falls_back_to_english_with_a_notice(tmp_path):
     for code in OTHERS:
         html = (tmp_path / "site" / code / "extra" / "index.html").read_text(encoding="utf-8")
         assert LANGUAGES[code].notice in html
-        assert "Only in English." in html
+        assert "Only in English" in html
         assert f'lang="{code}"' in html
     english = (tmp_path / "site" / "extra" / "index.html").read_text(encoding="utf-8")
-    assert "Only in English." in english and LANGUAGES["zh"].notice not in english
+    assert "Only in English" in english and LANGUAGES["zh"].notice not in english
+    # A diagram with no drawing yet is drawn by the Mermaid the site then keeps; math is MathML.
+    assert '<pre class="mermaid"><code>flowchart LR' in english
+    assert 'src="../assets/vendor/mermaid/mermaid.min.js"' in english
+    assert (tmp_path / "site" / "assets" / "vendor" / "mermaid" / "mermaid.min.js").exists()
+    assert "<msup><mi>x</mi><mn>2</mn></msup>" in english
+    assert "diagram 'Not drawn yet' has no drawing in docs/diagrams/" in result.stderr
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Mermaid and KaTeX ship in the repository, unchanged since `make vendor` wrote them."""
+"""Mermaid ships in the repository, unchanged since `make vendor` wrote it."""
 
 import io
 import json
@@ -22,20 +22,6 @@ def test_vendored_files_are_what_make_vendor_wrote():
     assert on_disk == manifest["files"], (
         "vendored files differ from manifest.json: run `make vendor`"
     )
-
-
-def test_pages_with_diagrams_or_math_load_them_from_the_site(site):
-    page = (site / "data-parallel" / "first-example" / "index.html").read_text(encoding="utf-8")
-    for script in (
-        "mermaid/mermaid.min.js",
-        "katex/katex.min.js",
-        "katex/contrib/auto-render.min.js",
-    ):
-        assert f'src="../../assets/vendor/{script}"' in page
-    plain = (site / "glossary" / "index.html").read_text(encoding="utf-8")
-    assert "assets/vendor/" not in plain  # only the pages that need them pay for them
-    for html in (page, plain):
-        assert '<script src="http' not in html and '<link rel="stylesheet" href="http' not in html
 
 
 def test_a_download_that_does_not_match_its_integrity_is_refused(monkeypatch):

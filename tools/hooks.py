@@ -1,14 +1,14 @@
 """MkDocs hooks of the site: languages, English fallbacks, snippet notebooks, fast serving.
 
-Each part lives in a module of tools/sitetools/: i18n, notebooks, includes, serving, status,
-templates.
+Each part lives in a module of tools/sitetools/: diagrams, i18n, includes, mathml, notebooks,
+serving, status, templates.
 """
 
 from __future__ import annotations
 
 from mkdocs.exceptions import PluginError
 from mkdocs.plugins import event_priority
-from sitetools import i18n, includes, notebooks, serving, status, templates
+from sitetools import diagrams, i18n, includes, mathml, notebooks, serving, status, templates
 
 
 def on_startup(command: str, dirty: bool) -> None:
@@ -21,6 +21,7 @@ def on_startup(command: str, dirty: bool) -> None:
 def on_config(config):
     language = i18n.language_of(config)
     i18n.configure(config, language)
+    diagrams.use_drawings(config)
     sections = notebooks.nav_sections(notebooks.write_notebooks())
     config.nav = (config.nav or []) + i18n.translate_nav([{"Notebooks": sections}], language)
     return config
@@ -61,6 +62,14 @@ def on_page_markdown(markdown, page, config, files):
     return markdown
 
 
+def on_page_content(html, page, config, files):
+    where = f"docs/{i18n.language_of(config).code}/{page.file.src_uri}"
+    try:
+        return mathml.with_mathml(html, where)
+    except mathml.MathError as error:
+        raise PluginError(str(error)) from None
+
+
 @event_priority(100)  # before the search plugin indexes the page
 def on_page_context(context, page, config, nav):
     if notebooks.is_notebook(page.file):
@@ -80,6 +89,8 @@ def on_post_page(output, page, config):
 
 def on_post_build(config):
     notebooks.copy_scripts(config)
+    if not serving.state.serving:  # under `make serve` an edited diagram may need it
+        diagrams.drop_unused_mermaid(config.site_dir)
     language = i18n.language_of(config)
     serving.merge_search_index(config, language.code)  # runs after the search plugin's
     if language.code == i18n.SOURCE_LANGUAGE:

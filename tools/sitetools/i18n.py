@@ -28,7 +28,15 @@ DOCS = REPO / "docs"
 LANGUAGES_FILE = DOCS / "languages.yml"
 SOURCE_LANGUAGE = "en"
 # Inputs shared by every language: a change here rebuilds all of them under `mkdocs serve`.
-SHARED_INPUTS = ["mkdocs.yml", "docs/languages.yml", "snippets", "src", "tools", "overrides"]
+SHARED_INPUTS = [
+    "mkdocs.yml",
+    "docs/languages.yml",
+    "docs/diagrams",
+    "snippets",
+    "src",
+    "tools",
+    "overrides",
+]
 SERVE_CACHE = REPO / ".cache" / "site"
 
 

@@ -96,7 +96,7 @@ def notebook_for(snippet: Path) -> nbformat.NotebookNode:
                 f"{snippet}: its docstring holds TeX math ({math[0]!r}), "
                 f"which its notebook page cannot draw: the site loads no MathJax (it would "
                 f"come from a CDN). Say it in words, or show the formula on the tutorial "
-                f"page, where KaTeX draws it."
+                f"page, where it becomes MathML."
             )
         first, _, rest = docstring.partition("\n")
         cells.append(new_markdown_cell(f"# {first.rstrip('.')}\n{rest}".rstrip(), id="docstring"))

@@ -1,7 +1,8 @@
-"""Mermaid and KaTeX, committed under overrides/assets/vendor/ so the site needs no CDN.
+"""Mermaid, committed under overrides/assets/vendor/ so that nothing comes from a CDN.
 
-Readers' browsers and the tests load diagrams and math from the site itself. To update,
-change a version and its ``integrity`` here (``npm view katex@0.19.1 dist.integrity``),
+``make diagrams`` draws the site's diagrams with it (tools/sitetools/diagrams.py), and a
+page whose diagram has no drawing yet loads it from the site. To update, change the
+version and its ``integrity`` here (``npm view mermaid@11.17.2 dist.integrity``),
 run ``make vendor``, which downloads the packages from the npm registry, checks them and
 writes the files and ``manifest.json``, and commit what it wrote.
 """
@@ -45,18 +46,6 @@ PACKAGES = (
         "sha512-V6K3C8EBdEsPFZXSKMJe6ppQOENxuHARr9GvHX4hh47lAbhMRD9qf4oEK7LoaRQxULMa80/qt5gHO73aCleBBg==",
         ("LICENSE", "dist/mermaid.min.js"),
     ),
-    Package(
-        "katex",
-        "0.19.1",
-        "sha512-jG8uKntjSEcm2EpQOh0XturpPuuC9r3Sq5HLHdsFdWZT27E672SF19QEi+of0/YeOy15lDgRhKvr5614uRrEfA==",
-        (
-            "LICENSE",
-            "dist/katex.min.js",
-            "dist/katex.min.css",
-            "dist/contrib/auto-render.min.js",
-            "dist/fonts/*.woff2",
-        ),
-    ),
 )
 
 
@@ -83,7 +72,6 @@ def fetch(package: Package) -> dict[str, str]:
         for member in archive.getmembers():
             inner = Path(member.name).relative_to("package")
             if member.isfile() and any(fnmatch.fnmatch(inner.as_posix(), g) for g in package.files):
-                # dist/katex.min.css keeps its fonts/ beside it
                 path = target / (inner.relative_to("dist") if inner.parts[0] == "dist" else inner)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(archive.extractfile(member).read())
