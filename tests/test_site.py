@@ -15,7 +15,7 @@ import pytest
 from sitebuild import build, copy_project
 from sitetools import REPO
 from sitetools.i18n import load_languages
-from sitetools.notebooks import NOTEBOOK_ROOT, notebook_for
+from sitetools.notebooks import NOTEBOOK_ROOT, notebook_for, with_shared_stylesheet
 from sitetools.snippets import discover, output_path, parse_cells, read_sections
 
 LANGUAGES = load_languages()
@@ -158,6 +158,12 @@ def test_notebook_page_and_download_in_every_language(site, snippet):
         assert f'href="{relative.name}.ipynb"' in html or download.name in html, code
         script = folder / f"{relative.name}.py"
         assert f'href="{script.name}"' in html
+        # JupyterLab's stylesheet is one shared file, not 590 KB inline on every page
+        assert "<style" not in html, code
+        (stylesheet,) = re.findall(
+            r'<link rel="stylesheet" href="([^"]*/notebook\.\w+\.css)"', html
+        )
+        assert (folder / stylesheet).resolve().stat().st_size > 100_000
         assert script.read_text(encoding="utf-8") == snippet.read_text(encoding="utf-8")
         notebook = nbformat.read(download, as_version=4)
         nbformat.validate(notebook)
@@ -171,6 +177,17 @@ def test_notebook_page_and_download_in_every_language(site, snippet):
         for name, text in recorded.items():
             assert outputs[name] == text, (code, name)
             assert text.splitlines()[0] in unescape(html)
+
+
+def test_a_notebook_page_links_its_stylesheets_where_they_were(tmp_path):
+    page = "<head></head><body><p>a</p><style>x{}</style><p>b</p><style>y{}</style></body>"
+    shared = with_shared_stylesheet(page, "notebooks/a/b/", str(tmp_path))
+    (name,) = [p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.css")]
+    assert shared == (
+        f'<head></head><body><p>a</p><link rel="stylesheet" href="../../../{name}"><p>b</p></body>'
+    )
+    assert (tmp_path / name).read_text(encoding="utf-8") == "x{}\ny{}"
+    assert with_shared_stylesheet("<p>none</p>", "x/", str(tmp_path)) == "<p>none</p>"
 
 
 def test_no_page_loads_mathjax_from_a_cdn(site):
