@@ -28,7 +28,6 @@ pytestmark = pytest.mark.browser
 
 LANGUAGES = list(load_languages())
 TUTORIAL = "data-parallel/first-example/"  # code, output, a diagram and math
-PLAIN_PAGE = "data-parallel/pmap-in-depth/"
 PAGE_TYPES = {
     "home": "",
     "tutorial": TUTORIAL,
@@ -163,15 +162,13 @@ def sitemap_at(route, site: Path, base_url: str) -> None:
     route.fulfill(body=body, content_type="application/xml")
 
 
-@pytest.mark.parametrize("code", LANGUAGES)
-def test_language_switcher_keeps_the_page(page, base_url, code):
-    # Each language's switcher, to the next language round the circle (test_site checks
-    # every switcher link of every page without a browser).
+def check_language_switcher(page, base_url: str, code: str, path: str) -> None:
+    """The switcher leads to the same page in the next language round the circle (test_site
+    checks every switcher link of every page without a browser)."""
     target = LANGUAGES[(LANGUAGES.index(code) + 1) % len(LANGUAGES)]
-    page.goto(base_url + prefix(code) + PLAIN_PAGE)
     page.hover(".md-header__option .md-select")
     page.click(f'.md-select__link[hreflang="{target}"]')
-    page.wait_for_url(base_url + prefix(target) + PLAIN_PAGE)
+    page.wait_for_url(base_url + prefix(target) + path)
     assert page.evaluate("document.documentElement.lang") == target
 
 
@@ -191,10 +188,10 @@ def test_search_finds_pages_of_its_own_language_only(page, base_url, code):
     assert any(expected in link for link in links), links
 
 
-def test_copy_button_copies_exactly_the_snippet(page, base_url):
-    page.goto(base_url + TUTORIAL)
+def check_copy_button(page) -> None:
+    """The tutorial's first copy button copies exactly its snippet section."""
     page.hover("pre >> nth=0")  # the copy button shows on hover
-    page.click(".md-code__button[title='Copy to clipboard'] >> nth=0")
+    page.click(".md-code__button[data-md-type='copy'] >> nth=0")
     copied = page.evaluate("navigator.clipboard.readText()")
     source = (REPO / "snippets/data_parallel/linear_regression.py").read_text(encoding="utf-8")
     section = source.split("# --8<-- [start:devices]\n")[1].split("# --8<-- [end:devices]")[0]
@@ -222,7 +219,8 @@ def check_notebook_download(page) -> None:
 @pytest.mark.parametrize("kind", sorted(PAGE_TYPES))
 def test_page_loads_cleanly_and_accessibly(page, base_url, site, code, kind):
     """No console error, the right <html lang>, no serious or critical axe-core violation;
-    the tutorial's diagram drawn in the page's language, the notebook's download valid."""
+    the notebook's download valid; on the tutorial page, its diagram drawn in the page's
+    language, the copy button and the language switcher working (one page load for all)."""
     from axe_playwright_python.sync_playwright import Axe
 
     response = page.goto(base_url + prefix(code) + PAGE_TYPES[kind], wait_until="load")
@@ -245,6 +243,9 @@ def test_page_loads_cleanly_and_accessibly(page, base_url, site, code, kind):
         assert not serious, "\n".join(
             f"{v['id']} ({v['impact']}): {v['help']} x{len(v['nodes'])}" for v in serious
         )
+    if kind == "tutorial":
+        check_copy_button(page)
+        check_language_switcher(page, base_url, code, TUTORIAL)
     assert page.errors == []
 
 
