@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import xml.etree.ElementTree as ET
 from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
@@ -13,13 +14,16 @@ from urllib.parse import urljoin
 import nbformat
 import pytest
 from sitebuild import build, copy_project
-from sitetools import REPO
+from sitetools import REPO, mkdocs_settings
 from sitetools.i18n import load_languages
 from sitetools.notebooks import NOTEBOOK_ROOT, notebook_for, with_shared_stylesheet
 from sitetools.snippets import discover, output_path, parse_cells, read_sections
 
 LANGUAGES = load_languages()
 OTHERS = [code for code in LANGUAGES if code != "en"]
+SITE_URL = mkdocs_settings()["site_url"]
+SITEMAP = "{http://www.sitemaps.org/schemas/sitemap/0.9}"
+XHTML = "{http://www.w3.org/1999/xhtml}"
 HAN = re.compile(r"[\u4e00-\u9fff]")
 HANGUL = re.compile(r"[\uac00-\ud7a3]")
 
@@ -36,6 +40,8 @@ class Html(HTMLParser):
         self.lang = ""
         self.switcher: dict[str, str] = {}
         self.heading_ids: list[str] = []
+        self.canonical = ""
+        self.hreflang: dict[str, str] = {}
         self.feed(text)
 
     def handle_starttag(self, tag, attrs):
@@ -46,6 +52,10 @@ class Html(HTMLParser):
             self.switcher[attributes["hreflang"]] = attributes["href"]
         if re.fullmatch(r"h[2-6]", tag) and attributes.get("id"):
             self.heading_ids.append(attributes["id"])
+        if tag == "link" and attributes.get("rel") == "canonical":
+            self.canonical = attributes["href"]
+        if tag == "link" and attributes.get("rel") == "alternate" and "hreflang" in attributes:
+            self.hreflang[attributes["hreflang"]] = attributes["href"]
 
 
 @functools.cache  # parsed once per test process
@@ -73,6 +83,30 @@ def test_languages_have_the_same_pages(site):
     english = set(pages(site, "en"))
     for code in OTHERS:
         assert set(pages(site, code)) == english, code
+
+
+def test_search_engines_find_each_page_in_every_language(site):
+    """Every page has its absolute canonical link; every language's sitemap lists its pages,
+    each with its absolute counterparts in every language (hreflang) and x-default (English);
+    no page keeps the theme's hreflang links to each language's home page."""
+    roots = {code: f"{SITE_URL}{'' if code == 'en' else code + '/'}" for code in LANGUAGES}
+    roots["x-default"] = roots["en"]
+    for code in LANGUAGES:
+        built = pages(site, code)
+        for url, page in built.items():
+            assert page.canonical == roots[code] + url, (code, url)
+            assert not page.hreflang, (code, url)
+        sitemap = ET.parse(language_root(site, code) / "sitemap.xml").getroot()
+        entries = {
+            entry.findtext(f"{SITEMAP}loc"): {
+                link.get("hreflang"): link.get("href") for link in entry.iter(f"{XHTML}link")
+            }
+            for entry in sitemap.iter(f"{SITEMAP}url")
+        }
+        assert set(entries) == {roots[code] + url for url in built}, code
+        for loc, alternates in entries.items():
+            url = loc.removeprefix(roots[code])
+            assert alternates == {lang: root + url for lang, root in roots.items()}, loc
 
 
 def test_switcher_leads_to_the_same_page_in_each_language(site):

@@ -149,3 +149,19 @@ def test_home_page_install_line_pins_what_the_lock_pins():
             if locked.get(name) != version
         }
         assert not stale, f"docs/{language}/index.md: pinned vs locked {stale}"
+
+
+def test_the_examples_in_the_site_tools_docstrings_hold():
+    import doctest
+    import importlib
+    import pkgutil
+
+    import sitetools
+
+    tried = 0
+    for module_info in pkgutil.iter_modules(sitetools.__path__):
+        module = importlib.import_module(f"sitetools.{module_info.name}")
+        result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+        assert result.failed == 0, module_info.name
+        tried += result.attempted
+    assert tried >= 5

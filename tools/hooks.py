@@ -84,6 +84,7 @@ def on_page_context(context, page, config, nav):
 
 @event_priority(-100)  # after mkdocs-jupyter has added its MathJax loader
 def on_post_page(output, page, config):
+    output = i18n.without_theme_alternates(output)
     if notebooks.is_notebook(page.file):
         output = notebooks.with_shared_stylesheet(output, page.url, config.site_dir)
     return notebooks.without_mathjax(output)

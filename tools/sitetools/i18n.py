@@ -10,6 +10,7 @@ from the same configuration. Separate builds give each language its own search i
 from __future__ import annotations
 
 import functools
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,6 +112,40 @@ def configure(config: MkDocsConfig, language: Language) -> None:
     config.nav = translate_nav(config.nav, language)
     english = load_languages()[SOURCE_LANGUAGE]
     config.extra["labels"] = {**english.labels, **language.labels}
+    config.extra["hreflang"] = hreflang_roots((config.site_url or "").removesuffix(language.prefix))
+
+
+def hreflang_roots(site_url: str) -> list[dict[str, str]]:
+    """Each language's absolute root, and English's again as ``x-default``: the sitemaps
+    (``overrides/sitemap.xml``) give every page's counterparts in every language from them.
+
+    >>> [r["lang"] for r in hreflang_roots("https://example.org/")]
+    ['en', 'zh', 'ko', 'x-default']
+    >>> hreflang_roots("https://example.org/")[1]["root"]
+    'https://example.org/zh/'
+    """
+    roots = [
+        {"lang": language.code, "root": f"{site_url}{language.prefix}"}
+        for language in load_languages().values()
+    ]
+    return [*roots, {"lang": "x-default", "root": roots[0]["root"]}]
+
+
+THEME_ALTERNATES = re.compile(r'[ \t]*<link rel="alternate" href="[^"]*" hreflang="[^"]*">\n?')
+
+
+def without_theme_alternates(html: str) -> str:
+    """The page without the theme's ``<link rel="alternate" hreflang>`` tags.
+
+    They point every page at each language's home page, which tells search engines the
+    wrong counterparts; the sitemaps give the right ones. Per-page links stay out of the
+    page because Material's script fetches ``sitemap.xml`` beside every such link: three
+    missing files on every page load.
+
+    >>> without_theme_alternates('<link rel="alternate" href="../zh/" hreflang="zh">\\n<p>')
+    '<p>'
+    """
+    return THEME_ALTERNATES.sub("", html)
 
 
 def translate_nav(nav: list | None, language: Language) -> list | None:
