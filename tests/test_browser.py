@@ -23,19 +23,14 @@ import pytest
 from sitetools import REPO, mkdocs_settings
 from sitetools.browser import CHROMIUM, CHROMIUM_FLAGS
 from sitetools.i18n import load_languages
+from sitetools.weight import PAGE_TYPES as WEIGHED_PAGE_TYPES
+from sitetools.weight import loaded_files
 
 pytestmark = pytest.mark.browser
 
 LANGUAGES = list(load_languages())
-TUTORIAL = "data-parallel/first-example/"  # code, output, a diagram and math
-PAGE_TYPES = {
-    "home": "",
-    "tutorial": TUTORIAL,
-    "notebook": "notebooks/data_parallel/linear_regression/",
-    "api": "api/jaxpar/",
-    "status": "translation-status/",
-    "404": "no/such/page/",  # an unknown address
-}
+TUTORIAL = WEIGHED_PAGE_TYPES["tutorial"]  # code, output, a diagram and math
+PAGE_TYPES = WEIGHED_PAGE_TYPES | {"404": "no/such/page/"}  # and an unknown address
 # The API page is the docstrings, the same in every language, and axe-core needs 3.7 CPU-s
 # on it (0.7 s on the home page): it checks it in the first language, and the theme around
 # it, which is each language's own, on the other page types.
@@ -130,10 +125,13 @@ def page(browser, base_url, site):
         ),
     )
     page.on("pageerror", lambda e: page.errors.append(str(e)))
+    page.requested = []  # the site's own files it asked for
     page.on(
         "request",
         lambda r: (
-            not r.url.startswith((base_url, "data:", "blob:", GITHUB_API))
+            page.requested.append(r.url)
+            if r.url.startswith(base_url)
+            else not r.url.startswith(("data:", "blob:", GITHUB_API))
             and page.errors.append(f"a request left the site: {r.url}")
         ),
     )
@@ -207,6 +205,20 @@ def drawn_diagrams(page) -> list[str]:
     return page.eval_on_selector_all("div.mermaid > svg", "els => els.map(e => e.textContent)")
 
 
+def check_loaded_files(page, base_url: str, site: Path, code: str, kind: str) -> None:
+    """The page loaded nothing beyond what sitetools.weight counts (test_site checks that
+    sum against the byte budget)."""
+    html = site / prefix(code) / ("404.html" if kind == "404" else PAGE_TYPES[kind] + "index.html")
+    counted = loaded_files(site, html)
+    assert len(page.requested) >= 5, page.requested  # the page, its styles and scripts
+    for url in page.requested:
+        path = site / urlsplit(url).path.lstrip("/")
+        path = path / "index.html" if path.is_dir() else path
+        if kind == "404" and not path.exists():
+            continue  # the unknown address itself, answered with the 404 page
+        assert path in counted or path.suffix == ".ipynb", f"{url} is not counted in {html}"
+
+
 def check_notebook_download(page) -> None:
     """The page's .ipynb download link gives a valid notebook."""
     href = page.get_attribute('a[download][href$=".ipynb"]', "href")
@@ -234,6 +246,7 @@ def test_page_loads_cleanly_and_accessibly(page, base_url, site, code, kind):
         assert "pmean" in diagrams[0] and TUTORIAL_LABEL[code] in diagrams[0], diagrams
     if kind == "notebook":
         check_notebook_download(page)
+    check_loaded_files(page, base_url, site, code, kind)
     assert page.evaluate("document.documentElement.lang") == code
     if kind not in AXE_IN_FIRST_LANGUAGE_ONLY or code == LANGUAGES[0]:
         # Every rule, with details of the violations only (twice as fast on the API page).

@@ -16,8 +16,10 @@ import pytest
 from sitebuild import build, copy_project
 from sitetools import REPO, mkdocs_settings
 from sitetools.i18n import load_languages
-from sitetools.notebooks import NOTEBOOK_ROOT, notebook_for, with_shared_stylesheet
+from sitetools.notebooks import NOTEBOOK_ROOT, notebook_for
 from sitetools.snippets import discover, output_path, parse_cells, read_sections
+from sitetools.stylesheets import with_shared_stylesheet
+from sitetools.weight import BUDGET, PAGE_TYPES, loaded_files, page_weight, sent_size
 
 LANGUAGES = load_languages()
 OTHERS = [code for code in LANGUAGES if code != "en"]
@@ -213,6 +215,17 @@ def test_notebook_page_and_download_in_every_language(site, snippet):
             assert text.splitlines()[0] in unescape(html)
 
 
+@pytest.mark.parametrize("code", LANGUAGES)
+def test_every_page_type_loads_at_most_300_kb_compressed(site, code):
+    """HTML, stylesheets, scripts, icon, search worker, search index and sitemap, gzipped as
+    GitHub Pages sends them (test_browser checks that a page loads nothing else)."""
+    root = language_root(site, code)
+    for page in [root / url / "index.html" for url in PAGE_TYPES.values()] + [root / "404.html"]:
+        weight = page_weight(site, page)
+        biggest = sorted(((sent_size(f), f.name) for f in loaded_files(site, page)), reverse=True)
+        assert weight <= BUDGET, f"{page}: {weight} B compressed; the biggest: {biggest[:4]}"
+
+
 def test_a_notebook_page_links_its_stylesheets_where_they_were(tmp_path):
     page = "<head></head><body><p>a</p><style>x{}</style><p>b</p><style>y{}</style></body>"
     shared = with_shared_stylesheet(page, "notebooks/a/b/", str(tmp_path))
@@ -220,7 +233,7 @@ def test_a_notebook_page_links_its_stylesheets_where_they_were(tmp_path):
     assert shared == (
         f'<head></head><body><p>a</p><link rel="stylesheet" href="../../../{name}"><p>b</p></body>'
     )
-    assert (tmp_path / name).read_text(encoding="utf-8") == "x{}\ny{}"
+    assert (tmp_path / name).read_text(encoding="utf-8") == "x{}y{}"
     assert with_shared_stylesheet("<p>none</p>", "x/", str(tmp_path)) == "<p>none</p>"
 
 

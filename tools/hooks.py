@@ -1,14 +1,24 @@
 """MkDocs hooks of the site: languages, English fallbacks, snippet notebooks, fast serving.
 
 Each part lives in a module of tools/sitetools/: diagrams, i18n, includes, mathml, notebooks,
-serving, status, templates.
+serving, status, stylesheets, templates.
 """
 
 from __future__ import annotations
 
 from mkdocs.exceptions import PluginError
 from mkdocs.plugins import event_priority
-from sitetools import diagrams, i18n, includes, mathml, notebooks, serving, status, templates
+from sitetools import (
+    diagrams,
+    i18n,
+    includes,
+    mathml,
+    notebooks,
+    serving,
+    status,
+    stylesheets,
+    templates,
+)
 
 
 def on_startup(command: str, dirty: bool) -> None:
@@ -65,9 +75,12 @@ def on_page_markdown(markdown, page, config, files):
 def on_page_content(html, page, config, files):
     where = f"docs/{i18n.language_of(config).code}/{page.file.src_uri}"
     try:
-        return mathml.with_mathml(html, where)
+        html = mathml.with_mathml(html, where)
     except mathml.MathError as error:
         raise PluginError(str(error)) from None
+    # Code blocks (snippets and their outputs, also on the notebook pages) stay out of the
+    # search index: they were 55 % of it; prose and inline code keep every name findable.
+    return html.replace('<div class="highlight">', '<div class="highlight" data-search-exclude>')
 
 
 @event_priority(100)  # before the search plugin indexes the page
@@ -86,7 +99,7 @@ def on_page_context(context, page, config, nav):
 def on_post_page(output, page, config):
     output = i18n.without_theme_alternates(output)
     if notebooks.is_notebook(page.file):
-        output = notebooks.with_shared_stylesheet(output, page.url, config.site_dir)
+        output = stylesheets.with_shared_stylesheet(output, page.url, config.site_dir)
     return notebooks.without_mathjax(output)
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import hashlib
 import os
 import re
 import shutil
@@ -19,7 +18,6 @@ from pathlib import Path
 import nbformat
 from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.structure.files import File
-from mkdocs.utils import get_relative_url
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from sitetools import REPO
@@ -53,7 +51,6 @@ KERNEL = {"name": "python3", "display_name": "Python 3", "language": "python"}
 # is shown. The notebooks hold no math (notebook_for refuses TeX in a docstring), so the
 # loader goes, and no request leaves the site.
 MATHJAX_LOADER = re.compile(r"<script data-mkdocs-jupyter-mathjax=.*?</script>\n?", re.DOTALL)
-INLINE_STYLE = re.compile(r"<style[^>]*>(.*?)</style>", re.DOTALL)
 TEX_MATH = re.compile(r"\$\$|\\\(|\\\[|\$[^\s$][^$\n]*\$")
 
 
@@ -157,30 +154,6 @@ def without_mathjax(html: str) -> str:
     '<p>x</p>'
     """
     return MATHJAX_LOADER.sub("", html)
-
-
-def with_shared_stylesheet(html: str, page_url: str, site_dir: str) -> str:
-    """A notebook page whose inline stylesheets (JupyterLab's, 590 KB on every page) are one
-    file under ``assets/stylesheets/``, written once and cached by browsers across pages.
-
-    The link takes the first stylesheet's place, so the cascade is what it was.
-    """
-    styles = INLINE_STYLE.findall(html)
-    if not styles:
-        return html
-    css = "\n".join(style_body for style_body in styles)
-    name = f"assets/stylesheets/notebook.{hashlib.sha256(css.encode()).hexdigest()[:8]}.css"
-    target = Path(site_dir) / name
-    if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(css, encoding="utf-8")
-    link = f'<link rel="stylesheet" href="{get_relative_url(name, page_url)}">'
-    first, *rest = INLINE_STYLE.finditer(html)
-    kept, end = [html[: first.start()], link], first.end()
-    for match in rest:
-        kept.append(html[end : match.start()])
-        end = match.end()
-    return "".join(kept) + html[end:]
 
 
 def is_notebook(file: File) -> bool:
