@@ -77,6 +77,53 @@ def _pruned(rules: list, classes: frozenset[str]) -> str:
     return "".join(kept)
 
 
+def _without_properties(css: str, unused: set[str]) -> str:
+    def declarations(content: list) -> str:
+        kept = []
+        for item in tinycss2.parse_blocks_contents(content):
+            if item.type == "declaration":
+                if item.name not in unused:
+                    important = "!important" if item.important else ""
+                    kept.append(f"{item.name}:{tinycss2.serialize(item.value).strip()}{important}")
+            elif item.type not in ("whitespace", "comment"):
+                kept.append(tinycss2.serialize([item]))
+        return ";".join(kept)
+
+    def rules(parsed: list) -> str:
+        out = []
+        for rule in parsed:
+            if rule.type == "qualified-rule":
+                body = declarations(rule.content)
+                out.append(f"{tinycss2.serialize(rule.prelude).strip()}{{{body}}}")
+            elif rule.type == "at-rule" and rule.lower_at_keyword in ("media", "supports"):
+                inner = tinycss2.parse_rule_list(rule.content, skip_whitespace=True)
+                out.append(
+                    f"@{rule.at_keyword}{tinycss2.serialize(rule.prelude)}{{{rules(inner)}}}"
+                )
+            else:
+                out.append(tinycss2.serialize([rule]))
+        return "".join(out)
+
+    return rules(tinycss2.parse_stylesheet(css, skip_whitespace=True, skip_comments=True))
+
+
+def without_unused_properties(css: str) -> str:
+    """The stylesheet without the custom properties (``--jp-…``) that nothing in it reads.
+
+    Material's own (``--md-…``) stay: its stylesheets read them.
+
+    >>> without_unused_properties(".a{--jp-x:1;--jp-y:var(--jp-z);--jp-z:2;color:var(--jp-x)}")
+    '.a{--jp-x:1;color:var(--jp-x)}'
+    """
+    while True:
+        defined = set(re.findall(r"(--[\w-]+)\s*:", css))
+        used = set(re.findall(r"var\(\s*(--[\w-]+)", css))
+        unused = {name for name in defined - used if not name.startswith("--md-")}
+        if not unused:
+            return css
+        css = _without_properties(css, unused)
+
+
 def without_unused_rules(css: str, classes: frozenset[str] | None = None) -> str:
     """The stylesheet without selectors that need an interface class no page can have.
 
@@ -99,7 +146,7 @@ def with_shared_stylesheet(html: str, page_url: str, site_dir: str) -> str:
     target = Path(site_dir) / name
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(without_unused_rules(css), encoding="utf-8")
+        target.write_text(without_unused_properties(without_unused_rules(css)), encoding="utf-8")
     link = f'<link rel="stylesheet" href="{get_relative_url(name, page_url)}">'
     first, *rest = INLINE_STYLE.finditer(html)
     kept, end = [html[: first.start()], link], first.end()
