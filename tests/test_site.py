@@ -226,12 +226,13 @@ def test_every_page_type_loads_at_most_300_kb_compressed(site, code):
         assert weight <= BUDGET, f"{page}: {weight} B compressed; the biggest: {biggest[:4]}"
 
 
-def test_a_notebook_page_links_its_stylesheets_where_they_were(tmp_path):
-    page = "<head></head><body><p>a</p><style>x{}</style><p>b</p><style>y{}</style></body>"
+def test_a_notebook_page_links_its_stylesheets_at_the_end_of_its_head(tmp_path):
+    page = "<head><x></head><body><p>a</p><style>x{}</style><p>b</p><style>y{}</style></body>"
     shared = with_shared_stylesheet(page, "notebooks/a/b/", str(tmp_path))
     (name,) = [p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.css")]
     assert shared == (
-        f'<head></head><body><p>a</p><link rel="stylesheet" href="../../../{name}"><p>b</p></body>'
+        f'<head><x><link rel="stylesheet" href="../../../{name}">\n</head>'
+        "<body><p>a</p><p>b</p></body>"
     )
     assert (tmp_path / name).read_text(encoding="utf-8") == "x{}y{}"
     assert with_shared_stylesheet("<p>none</p>", "x/", str(tmp_path)) == "<p>none</p>"

@@ -136,8 +136,9 @@ def without_unused_rules(css: str, classes: frozenset[str] | None = None) -> str
 
 def with_shared_stylesheet(html: str, page_url: str, site_dir: str) -> str:
     """A notebook page whose inline stylesheets are one file under ``assets/stylesheets/``,
-    written once (without unused rules) and linked where the first of them was, so that
-    the cascade is what it was."""
+    written once (without unused rules). The link ends the ``<head>``: after the theme's
+    stylesheets, as the inline ones came after them (the cascade is unchanged), and found
+    before anything is drawn (a stylesheet in the body holds back what follows it)."""
     styles = INLINE_STYLE.findall(html)
     if not styles:
         return html
@@ -147,10 +148,8 @@ def with_shared_stylesheet(html: str, page_url: str, site_dir: str) -> str:
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(without_unused_properties(without_unused_rules(css)), encoding="utf-8")
-    link = f'<link rel="stylesheet" href="{get_relative_url(name, page_url)}">'
-    first, *rest = INLINE_STYLE.finditer(html)
-    kept, end = [html[: first.start()], link], first.end()
-    for match in rest:
-        kept.append(html[end : match.start()])
-        end = match.end()
-    return "".join(kept) + html[end:]
+    link = f'<link rel="stylesheet" href="{get_relative_url(name, page_url)}">\n'
+    head_end = html.index("</head>")
+    if INLINE_STYLE.search(html[:head_end]):
+        raise ValueError(f"{page_url}: a stylesheet inside <head> would change place")
+    return html[:head_end] + link + INLINE_STYLE.sub("", html[head_end:])
