@@ -106,3 +106,16 @@ def test_tex_that_cannot_be_written_as_mathml_fails_naming_the_page(tex, message
     page = f'<div class="arithmatex">\\[{tex}\\]</div>'
     with pytest.raises(MathError, match=r"^docs/zh/x\.md: .*" + message):
         with_mathml(page, "docs/zh/x.md")
+
+
+def test_chinese_or_korean_labels_are_not_drawn_without_a_font_for_them(monkeypatch):
+    import subprocess
+
+    from sitetools import diagrams
+
+    monkeypatch.setattr(diagrams.shutil, "which", lambda name: "/usr/bin/fc-list")
+    monkeypatch.setattr(
+        diagrams.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, "", "")
+    )
+    with pytest.raises(SystemExit, match=r"no font for 'zh' labels .*fonts-noto-cjk"):
+        diagrams.draw(["flowchart LR\n    a[设备] --> b"])

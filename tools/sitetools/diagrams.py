@@ -17,6 +17,7 @@ import json
 import logging
 import re
 import shutil
+import subprocess
 import sys
 import textwrap
 from functools import cache
@@ -143,6 +144,20 @@ def drop_unused_mermaid(site_dir: str) -> None:
         shutil.rmtree(Path(site_dir) / "assets" / "vendor", ignore_errors=True)
 
 
+def require_cjk_fonts() -> None:
+    """Refuse to draw Chinese or Korean labels where no font has them: Mermaid would size
+    the boxes for missing-glyph boxes (where fontconfig can tell)."""
+    if shutil.which("fc-list") is None:
+        return
+    for language in ("zh", "ko"):
+        found = subprocess.run(["fc-list", f":lang={language}"], capture_output=True, text=True)
+        if not found.stdout.strip():
+            raise SystemExit(
+                f"no font for '{language}' labels (fc-list :lang={language} finds none): "
+                f"install one (Debian: apt-get install fonts-noto-cjk) and run make diagrams again"
+            )
+
+
 def draw(sources: list[str]) -> dict[str, str]:
     """SVG of each diagram, drawn by Mermaid in headless Chromium."""
     from playwright.sync_api import sync_playwright
@@ -152,6 +167,8 @@ def draw(sources: list[str]) -> dict[str, str]:
             f"Chromium not found at {CHROMIUM}: install it (Debian: apt-get install chromium) "
             f"or set CHROMIUM=/path/to/chromium"
         )
+    if any(CJK.search(source) for source in sources):
+        require_cjk_fonts()
     drawn = {}
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
@@ -160,10 +177,6 @@ def draw(sources: list[str]) -> dict[str, str]:
         page.add_script_tag(path=MERMAID_JS)
         page.evaluate("config => mermaid.initialize(config)", mermaid_config())
         for source in sources:
-            if CJK.search(source) and not page.evaluate(
-                "() => document.fonts.check('16px sans-serif', '设备디바')"
-            ):
-                raise SystemExit("no CJK font to measure labels with (Debian: fonts-noto-cjk)")
             key = key_of(source)
             svg = page.evaluate(
                 "async ([id, text]) => (await mermaid.render(id, text)).svg",
