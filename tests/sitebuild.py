@@ -89,6 +89,8 @@ def _build_and_record(root: Path) -> None:
 
 
 # What a small copy keeps: enough to build every language in a few seconds.
+# A label of the tutorial page's diagram (sitetools.weight.PAGE_TYPES["tutorial"]), per language.
+TUTORIAL_LABEL = {"en": "device 0", "zh": "设备 0", "ko": "디바이스 0"}
 SMALL_PAGES = ["glossary.md"]  # it links to no other page
 SMALL_SNIPPET = "data_parallel/linear_regression"
 

@@ -20,6 +20,7 @@ from urllib.parse import urljoin, urlsplit
 
 import nbformat
 import pytest
+from sitebuild import TUTORIAL_LABEL
 from sitetools import REPO, mkdocs_settings
 from sitetools.browser import CHROMIUM, CHROMIUM_FLAGS
 from sitetools.i18n import load_languages
@@ -37,7 +38,6 @@ PAGE_TYPES = WEIGHED_PAGE_TYPES | {"404": "no/such/page/"}  # and an unknown add
 AXE_IN_FIRST_LANGUAGE_ONLY = {"api"}
 SITE_URL = mkdocs_settings()["site_url"]
 GITHUB_API = "https://api.github.com/repos/"  # Material's repository widget
-TUTORIAL_LABEL = {"en": "device 0", "zh": "设备 0", "ko": "디바이스 0"}  # in its diagram
 SEARCH_INDEX = "**/search/search_index.json"
 SEARCHES = {"zh": ("数据并行", "data-parallel/"), "ko": ("데이터 병렬화", "data-parallel/")}
 

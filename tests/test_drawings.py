@@ -5,14 +5,15 @@ from __future__ import annotations
 import re
 
 import pytest
+from sitebuild import TUTORIAL_LABEL
 from sitetools import REPO
 from sitetools.diagrams import diagrams_in, every_diagram, fence_format, stale, svg_path, title_of
 from sitetools.i18n import load_languages
 from sitetools.mathml import MathError, mathml, with_mathml
+from sitetools.weight import PAGE_TYPES
 
 LANGUAGES = list(load_languages())
-TUTORIAL = "data-parallel/first-example/index.html"  # a diagram and math
-TUTORIAL_LABEL = {"en": "device 0", "zh": "设备 0", "ko": "디바이스 0"}
+TUTORIAL = PAGE_TYPES["tutorial"] + "index.html"  # a diagram and math
 SCRIPTS = re.compile(r"<script[^>]*\bsrc=\"[^\"]*(mermaid|katex|mathjax)", re.I)
 
 

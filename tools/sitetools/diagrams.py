@@ -75,11 +75,16 @@ def normalized(source: str) -> str:
     return textwrap.dedent(source).strip()
 
 
-def key_of(source: str) -> str:
-    """The name of a diagram's SVG: its text, Mermaid's release and the drawing settings."""
+@cache
+def recipe() -> str:
+    """Everything but a diagram's text that shapes its drawing: Mermaid's release and settings."""
     manifest = json.loads((VENDOR_DIR / "manifest.json").read_text(encoding="utf-8"))
-    recipe = json.dumps([manifest["packages"]["mermaid"], mermaid_config()], sort_keys=True)
-    return hashlib.sha256(f"{recipe}\n{normalized(source)}".encode()).hexdigest()[:20]
+    return json.dumps([manifest["packages"]["mermaid"], mermaid_config()], sort_keys=True)
+
+
+def key_of(source: str) -> str:
+    """The name of a diagram's SVG: a hash of its text and of :func:`recipe`."""
+    return hashlib.sha256(f"{recipe()}\n{normalized(source)}".encode()).hexdigest()[:20]
 
 
 def svg_path(source: str) -> Path:
@@ -120,11 +125,11 @@ def fence_format(source, language, class_name, options, md, **kwargs) -> str:
     """pymdownx.superfences' formatter for ```` ```mermaid ````: the stored SVG, if any."""
     path = svg_path(source)
     if not path.exists():
-        drawn_in_browser.append(title_of(source))
+        drawn_in_browser.append(title := title_of(source))
         log.info(
             "diagram %r has no drawing in docs/diagrams/ yet: the browser draws it; "
             "`make diagrams` draws it for the site",
-            title_of(source),
+            title,
         )
         return fence_code_format(source, language, class_name, options, md, **kwargs)
     return f'<div class="mermaid">{path.read_text(encoding="utf-8")}</div>'

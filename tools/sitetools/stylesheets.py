@@ -12,11 +12,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import mkdocs_jupyter
-import nbconvert
 import tinycss2
+from jupyter_core.paths import jupyter_path
 from mkdocs.utils import get_relative_url
 
 INLINE_STYLE = re.compile(r"<style[^>]*>(.*?)</style>", re.DOTALL)
@@ -26,14 +28,19 @@ INTERFACE_PREFIXES = ("jp-", "bp3-", "lm-", "p-", "cm-")
 @functools.cache
 def template_classes() -> frozenset[str]:
     """Every interface class that nbconvert's lab templates and mkdocs-jupyter's can write."""
-    share = Path(nbconvert.__file__).parents[4] / "share" / "jupyter" / "nbconvert" / "templates"
+    # Where nbconvert itself looks for its templates, in its order of precedence.
+    shares = [Path(p) for p in jupyter_path("nbconvert", "templates")]
+    share = next((p for p in shares if (p / "lab").is_dir()), None)
+    if share is None:
+        raise RuntimeError(
+            f"nbconvert's lab templates are in none of {', '.join(map(str, shares))}: "
+            f"cannot tell which stylesheet rules a notebook page can use"
+        )
     templates = [
         *(share / "lab").glob("*.j2"),
         *(share / "base").glob("*.j2"),
         *(Path(mkdocs_jupyter.__file__).parent / "templates" / "mkdocs_html").glob("*.j2"),
     ]
-    if not templates:
-        raise RuntimeError(f"no nbconvert templates under {share}: cannot tell which rules to keep")
     pattern = re.compile(rf"\b(?:{'|'.join(INTERFACE_PREFIXES)})[A-Za-z0-9_-]+")
     return frozenset(pattern.findall("".join(t.read_text(encoding="utf-8") for t in templates)))
 
@@ -60,51 +67,45 @@ def _kept(selector: list, classes: frozenset[str]) -> bool:
     return all(c in classes for c in _classes(selector) if c.startswith(INTERFACE_PREFIXES))
 
 
-def _pruned(rules: list, classes: frozenset[str]) -> str:
+def _rewritten(rules: list, rewrite: Callable[[Any], str | None]) -> str:
+    """The rules serialised again, each style rule through ``rewrite`` (``None`` drops it),
+    inside ``@media`` and ``@supports`` too (dropped when nothing in them is left)."""
     kept = []
     for rule in rules:
         if rule.type == "qualified-rule":
-            selectors = [s for s in _selectors(rule.prelude) if _kept(s, classes)]
-            if selectors:
-                prelude = ",".join(tinycss2.serialize(s).strip() for s in selectors)
-                kept.append(f"{prelude}{{{tinycss2.serialize(rule.content)}}}")
+            if (written := rewrite(rule)) is not None:
+                kept.append(written)
         elif rule.type == "at-rule" and rule.lower_at_keyword in ("media", "supports"):
             inner = tinycss2.parse_rule_list(rule.content, skip_whitespace=True, skip_comments=True)
-            if body := _pruned(inner, classes):
+            if body := _rewritten(inner, rewrite):
                 kept.append(f"@{rule.at_keyword}{tinycss2.serialize(rule.prelude)}{{{body}}}")
         elif rule.type == "at-rule":
             kept.append(tinycss2.serialize([rule]))
     return "".join(kept)
 
 
-def _without_properties(css: str, unused: set[str]) -> str:
-    def declarations(content: list) -> str:
-        kept = []
-        for item in tinycss2.parse_blocks_contents(content):
-            if item.type == "declaration":
-                if item.name not in unused:
-                    important = "!important" if item.important else ""
-                    kept.append(f"{item.name}:{tinycss2.serialize(item.value).strip()}{important}")
-            elif item.type not in ("whitespace", "comment"):
-                kept.append(tinycss2.serialize([item]))
-        return ";".join(kept)
+def _parsed(css: str) -> list:
+    return tinycss2.parse_stylesheet(css, skip_whitespace=True, skip_comments=True)
 
-    def rules(parsed: list) -> str:
-        out = []
-        for rule in parsed:
-            if rule.type == "qualified-rule":
-                body = declarations(rule.content)
-                out.append(f"{tinycss2.serialize(rule.prelude).strip()}{{{body}}}")
-            elif rule.type == "at-rule" and rule.lower_at_keyword in ("media", "supports"):
-                inner = tinycss2.parse_rule_list(rule.content, skip_whitespace=True)
-                out.append(
-                    f"@{rule.at_keyword}{tinycss2.serialize(rule.prelude)}{{{rules(inner)}}}"
-                )
-            else:
-                out.append(tinycss2.serialize([rule]))
-        return "".join(out)
 
-    return rules(tinycss2.parse_stylesheet(css, skip_whitespace=True, skip_comments=True))
+def _without_selectors(rule, classes: frozenset[str]) -> str | None:
+    selectors = [s for s in _selectors(rule.prelude) if _kept(s, classes)]
+    if not selectors:
+        return None
+    prelude = ",".join(tinycss2.serialize(s).strip() for s in selectors)
+    return f"{prelude}{{{tinycss2.serialize(rule.content)}}}"
+
+
+def _without_declarations(rule, unused: set[str]) -> str:
+    kept = []
+    for item in tinycss2.parse_blocks_contents(rule.content):
+        if item.type == "declaration":
+            if item.name not in unused:
+                important = "!important" if item.important else ""
+                kept.append(f"{item.name}:{tinycss2.serialize(item.value).strip()}{important}")
+        elif item.type not in ("whitespace", "comment"):
+            kept.append(tinycss2.serialize([item]))
+    return f"{tinycss2.serialize(rule.prelude).strip()}{{{';'.join(kept)}}}"
 
 
 def without_unused_properties(css: str) -> str:
@@ -121,7 +122,7 @@ def without_unused_properties(css: str) -> str:
         unused = {name for name in defined - used if not name.startswith("--md-")}
         if not unused:
             return css
-        css = _without_properties(css, unused)
+        css = _rewritten(_parsed(css), functools.partial(_without_declarations, unused=unused))
 
 
 def without_unused_rules(css: str, classes: frozenset[str] | None = None) -> str:
@@ -130,8 +131,8 @@ def without_unused_rules(css: str, classes: frozenset[str] | None = None) -> str
     >>> without_unused_rules(".jp-Cell{a:1}.jp-Dialog{b:2}.x,.bp3-tag{c:3}", frozenset({"jp-Cell"}))
     '.jp-Cell{a:1}.x{c:3}'
     """
-    rules = tinycss2.parse_stylesheet(css, skip_whitespace=True, skip_comments=True)
-    return _pruned(rules, template_classes() if classes is None else classes)
+    classes = template_classes() if classes is None else classes
+    return _rewritten(_parsed(css), functools.partial(_without_selectors, classes=classes))
 
 
 def with_shared_stylesheet(html: str, page_url: str, site_dir: str) -> str:
