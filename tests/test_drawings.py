@@ -120,3 +120,11 @@ def test_chinese_or_korean_labels_are_not_drawn_without_a_font_for_them(monkeypa
     )
     with pytest.raises(SystemExit, match=r"no font for 'zh' labels .*fonts-noto-cjk"):
         diagrams.draw(["flowchart LR\n    a[设备] --> b"])
+
+
+def test_a_material_release_without_its_diagram_stylesheet_is_named(monkeypatch):
+    from sitetools import diagrams
+
+    monkeypatch.setattr(diagrams, "MATERIAL_CSS", re.compile("no such stylesheet"))
+    with pytest.raises(RuntimeError, match=r"no Mermaid stylesheet found in Material's bundle"):
+        diagrams.mermaid_config.__wrapped__()

@@ -238,6 +238,20 @@ def test_a_notebook_page_links_its_stylesheets_at_the_end_of_its_head(tmp_path):
     assert with_shared_stylesheet("<p>none</p>", "x/", str(tmp_path)) == "<p>none</p>"
 
 
+def test_a_notebook_page_with_a_stylesheet_in_its_head_is_refused(tmp_path):
+    page = "<head><style>x{}</style></head><body><style>y{}</style></body>"
+    with pytest.raises(ValueError, match=r"notebooks/a/: a stylesheet inside <head>"):
+        with_shared_stylesheet(page, "notebooks/a/", str(tmp_path))
+
+
+def test_missing_nbconvert_templates_are_named(monkeypatch, tmp_path):
+    from sitetools import stylesheets
+
+    monkeypatch.setattr(stylesheets, "jupyter_path", lambda *parts: [str(tmp_path)])
+    with pytest.raises(RuntimeError, match=r"nbconvert's lab templates are in none of .*: cannot"):
+        stylesheets.template_classes.__wrapped__()
+
+
 def test_no_page_loads_mathjax_from_a_cdn(site):
     pages = list(site.rglob("*.html"))
     assert pages

@@ -143,6 +143,9 @@ def with_shared_stylesheet(html: str, page_url: str, site_dir: str) -> str:
     styles = INLINE_STYLE.findall(html)
     if not styles:
         return html
+    head_end = html.index("</head>")
+    if INLINE_STYLE.search(html[:head_end]):
+        raise ValueError(f"{page_url}: a stylesheet inside <head> would change place")
     css = "\n".join(styles)
     name = f"assets/stylesheets/notebook.{hashlib.sha256(css.encode()).hexdigest()[:8]}.css"
     target = Path(site_dir) / name
@@ -150,7 +153,4 @@ def with_shared_stylesheet(html: str, page_url: str, site_dir: str) -> str:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(without_unused_properties(without_unused_rules(css)), encoding="utf-8")
     link = f'<link rel="stylesheet" href="{get_relative_url(name, page_url)}">\n'
-    head_end = html.index("</head>")
-    if INLINE_STYLE.search(html[:head_end]):
-        raise ValueError(f"{page_url}: a stylesheet inside <head> would change place")
     return html[:head_end] + link + INLINE_STYLE.sub("", html[head_end:])
