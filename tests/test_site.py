@@ -15,6 +15,7 @@ import nbformat
 import pytest
 from sitebuild import build, copy_project
 from sitetools import REPO, mkdocs_settings
+from sitetools.codeblocks import put_back, set_aside
 from sitetools.i18n import load_languages
 from sitetools.notebooks import NOTEBOOK_ROOT, notebook_for
 from sitetools.snippets import discover, output_path, parse_cells, read_sections
@@ -250,6 +251,33 @@ def test_missing_nbconvert_templates_are_named(monkeypatch, tmp_path):
     monkeypatch.setattr(stylesheets, "jupyter_path", lambda *parts: [str(tmp_path)])
     with pytest.raises(RuntimeError, match=r"nbconvert's lab templates are in none of .*: cannot"):
         stylesheets.template_classes.__wrapped__()
+
+
+def test_code_blocks_set_aside_for_search_are_back_on_every_page(site):
+    pages = [page for page in site.rglob("*.html") if "/notebooks/" not in page.as_posix()]
+    assert pages
+    for page in pages:
+        assert "data-set-aside" not in page.read_text(encoding="utf-8"), page
+    tutorial = language_root(site, "en") / PAGE_TYPES["tutorial"] / "index.html"
+    assert tutorial.read_text(encoding="utf-8").count("<pre>") >= 2, (
+        "the tutorial page lost its code blocks"
+    )
+
+
+def test_a_code_block_lost_between_search_and_page_is_named():
+    block = '<div class="highlight" data-search-exclude><span class="filename">t</span><pre>x</pre>'
+    html, blocks = set_aside(block + block)
+    with pytest.raises(ValueError, match=r"page\.md: 2 code blocks were set aside .* has 1 place"):
+        put_back(html.replace('<pre data-set-aside="1"></pre>', ""), blocks, "page.md")
+
+
+def test_nbconvert_exporters_reuse_compiled_templates():
+    from nbconvert import HTMLExporter
+    from sitetools.templates import CACHE_DIR, cache_nbconvert_templates
+
+    cache_nbconvert_templates()
+    cache_nbconvert_templates()  # a second call wraps nothing twice
+    assert HTMLExporter().environment.bytecode_cache.directory == str(CACHE_DIR)
 
 
 def test_no_page_loads_mathjax_from_a_cdn(site):

@@ -1,7 +1,7 @@
 """MkDocs hooks of the site: languages, English fallbacks, snippet notebooks, fast serving.
 
-Each part lives in a module of tools/sitetools/: diagrams, i18n, includes, mathml, notebooks,
-serving, status, stylesheets, templates.
+Each part lives in a module of tools/sitetools/: codeblocks, diagrams, i18n, includes, mathml,
+notebooks, serving, status, stylesheets, templates.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 from mkdocs.exceptions import PluginError
 from mkdocs.plugins import event_priority
 from sitetools import (
+    codeblocks,
     diagrams,
     i18n,
     includes,
@@ -25,6 +26,7 @@ def on_startup(command: str, dirty: bool) -> None:
     # Kept in sitetools, not here: `mkdocs serve` reloads this file for every rebuild.
     serving.state.serving = command == "serve"
     serving.state.dirty = dirty
+    templates.cache_nbconvert_templates()
 
 
 @event_priority(100)  # before the theme's search plugin reads the language
@@ -78,9 +80,7 @@ def on_page_content(html, page, config, files):
         html = mathml.with_mathml(html, where)
     except mathml.MathError as error:
         raise PluginError(str(error)) from None
-    # Code blocks (snippets and their outputs, also on the notebook pages) stay out of the
-    # search index: they were 55 % of it; prose and inline code keep every name findable.
-    return html.replace('<div class="highlight">', '<div class="highlight" data-search-exclude>')
+    return codeblocks.excluded_from_search(html)
 
 
 @event_priority(100)  # before the search plugin indexes the page
@@ -89,6 +89,8 @@ def on_page_context(context, page, config, nav):
         # The tutorial pages already hold this code and output: keep search results to them
         # (and skip indexing the notebooks' large HTML on every rebuild).
         page.meta["search"] = {"exclude": True}
+    else:  # put back in on_post_page
+        page.content, page.code_set_aside = codeblocks.set_aside(page.content)
     language = i18n.language_of(config)
     config.extra["alternate"] = i18n.alternates(page.url, language)
     serving.remember_rebuilt_page(language.code, page.url)
@@ -98,6 +100,8 @@ def on_page_context(context, page, config, nav):
 @event_priority(-100)  # after mkdocs-jupyter has added its MathJax loader
 def on_post_page(output, page, config):
     output = i18n.without_theme_alternates(output)
+    if hasattr(page, "code_set_aside"):
+        output = codeblocks.put_back(output, page.code_set_aside, page.file.src_uri)
     if notebooks.is_notebook(page.file):
         output = stylesheets.with_shared_stylesheet(output, page.url, config.site_dir)
     return notebooks.without_mathjax(output)

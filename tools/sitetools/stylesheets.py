@@ -135,6 +135,11 @@ def without_unused_rules(css: str, classes: frozenset[str] | None = None) -> str
     return _rewritten(_parsed(css), functools.partial(_without_selectors, classes=classes))
 
 
+@functools.cache  # the same for every language's build, in one process
+def _pruned(css: str) -> str:
+    return without_unused_properties(without_unused_rules(css))
+
+
 def with_shared_stylesheet(html: str, page_url: str, site_dir: str) -> str:
     """A notebook page whose inline stylesheets are one file under ``assets/stylesheets/``,
     written once (without unused rules). The link ends the ``<head>``: after the theme's
@@ -151,6 +156,6 @@ def with_shared_stylesheet(html: str, page_url: str, site_dir: str) -> str:
     target = Path(site_dir) / name
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(without_unused_properties(without_unused_rules(css)), encoding="utf-8")
+        target.write_text(_pruned(css), encoding="utf-8")
     link = f'<link rel="stylesheet" href="{get_relative_url(name, page_url)}">\n'
     return html[:head_end] + link + INLINE_STYLE.sub("", html[head_end:])
