@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -74,6 +76,37 @@ def test_what_a_snippet_leaves_in_the_temporary_folder_is_removed(tmp_path):
     assert result.returncode == 0, result.stderr
     left = Path(result.stdout.splitlines()[1])  # after the section's start marker
     assert left.name and not left.exists() and not left.parent.exists()
+
+
+# A snippet that reports where it ran, and ends with a thread still running and an atexit
+# function: a fresh interpreter waits for the thread, then calls the function.
+ENDING = """
+import atexit, os, sys, threading, time
+print("JAX imported before the snippet:", "jax" in sys.modules, "parent:", os.getppid())
+atexit.register(lambda: os.write(2, b"atexit ran\\n"))
+threading.Thread(target=lambda: (time.sleep(0.2), os.write(2, b"thread ended\\n"))).start()
+"""
+
+
+def test_a_run_forks_from_the_prestarted_server_and_ends_as_python_does(tmp_path):
+    result = run(write(tmp_path, ENDING))
+    assert result.returncode == 0, result.stderr
+    assert "JAX imported before the snippet: True" in result.stdout
+    assert f"parent: {os.getpid()}\n" not in result.stdout  # the fork server's child
+    assert result.stderr == "thread ended\natexit ran\n"
+
+
+def test_a_run_with_its_own_environment_gets_a_fresh_process(tmp_path, monkeypatch):
+    monkeypatch.setenv("JAX_ENABLE_X64", "1")  # JAX reads it at import: no prestarted JAX
+    result = run(write(tmp_path, ENDING))
+    assert result.returncode == 0, result.stderr
+    assert "JAX imported before the snippet: False" in result.stdout
+    assert f"parent: {os.getpid()}\n" in result.stdout
+
+
+def test_a_run_past_its_timeout_is_stopped(tmp_path):
+    with pytest.raises(subprocess.TimeoutExpired):
+        run(write(tmp_path, "import time\ntime.sleep(60)\n"), timeout=1)
 
 
 def test_failing_snippet_reports_its_traceback_with_real_lines(tmp_path):

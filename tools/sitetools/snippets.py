@@ -43,7 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from sitetools import REPO
+from sitetools import REPO, prestarted
 
 SNIPPETS_DIR = REPO / "snippets"
 PREAMBLE = "preamble"
@@ -262,11 +262,15 @@ def run_on_fewer_devices(snippets: list[Path], devices: int, timeout: float = 30
     and as only whether they run counts, XLA compiles them without its optimisations,
     which change how fast a program runs, not whether it does (a quarter less CPU).
     ``stderr`` names every snippet that failed, with its traceback."""
-    command = [sys.executable, "-m", "sitetools.snippets", "run", *map(str, snippets)]
     with environment(devices) as env:
-        env["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"
+        env["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"  # read when JAX is imported: a fresh process
         process = subprocess.run(
-            command, capture_output=True, text=True, env=env, timeout=timeout, cwd=REPO
+            [sys.executable, "-m", "sitetools.snippets", "run", *map(str, snippets)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+            cwd=REPO,
         )
     return RunResult(snippets[0], process.returncode, process.stdout, process.stderr)
 
@@ -277,16 +281,22 @@ def environment(devices: int | None = None) -> Iterator[dict[str, str]]:
     8, and a temporary folder of its own (``TMPDIR``) that is removed after the run, so that
     what snippets leave in ``tempfile``'s folder does not pile up in /tmp run after run."""
     with tempfile.TemporaryDirectory(prefix="snippet-") as folder:
-        env = {**os.environ, **RUN_ENVIRONMENT, "PYTHONPATH": str(REPO / "tools")}
+        env = shared_environment()
         env["TMPDIR"] = folder
-        env.pop("FORCE_COLOR", None)
         if devices is not None:
             env[ENV_DEVICE_COUNT] = str(devices)
         yield env
 
 
+def shared_environment() -> dict[str, str]:
+    """What :func:`environment` gives every run: all but its ``TMPDIR`` and device count."""
+    env = {**os.environ, **RUN_ENVIRONMENT, "PYTHONPATH": str(REPO / "tools")}
+    env.pop("FORCE_COLOR", None)
+    return env
+
+
 def run(snippet: Path, timeout: float = 300) -> RunResult:
-    """Run a snippet in a fresh Python process, as the tests and ``make outputs`` do.
+    """Run a snippet in a process of its own, as the tests and ``make outputs`` do.
 
     A multi-process snippet (one with a ``# jaxpar.launch: OPTIONS`` line) runs under
     ``python -m jaxpar.launch OPTIONS``; its recorded output is that of process 0.
@@ -296,14 +306,15 @@ def run(snippet: Path, timeout: float = 300) -> RunResult:
 
 
 def _run(snippet: Path, env: dict[str, str], timeout: float) -> RunResult:
-    command = [sys.executable, "-m", "sitetools.snippets", "run", str(snippet)]
     options = launch_arguments(snippet)
-    if options is not None and expected_status(snippet) != 0:
+    if options is None:  # one process: forked from one that has imported JAX already
+        process = prestarted.run(["run", str(snippet)], env, REPO, timeout, shared_environment())
+        return RunResult(snippet, process.returncode, process.stdout, process.stderr)
+    if expected_status(snippet) != 0:
         # Run from the snippet's folder, as a reader would, so that tracebacks name the file
         # as the reader does.
-        command = [sys.executable, "-m", "jaxpar.launch", *options, snippet.name]
         process = subprocess.run(
-            command,
+            [sys.executable, "-m", "jaxpar.launch", *options, snippet.name],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -315,12 +326,15 @@ def _run(snippet: Path, env: dict[str, str], timeout: float) -> RunResult:
             line for line in process.stdout.splitlines(keepends=True) if not GLOO_LOG.search(line)
         )
         return RunResult(snippet, process.returncode, transcript, "")
-    if options is not None:
-        command = [sys.executable, "-m", "jaxpar.launch", *options, __file__, "run", str(snippet)]
     process = subprocess.run(
-        command, capture_output=True, text=True, env=env, timeout=timeout, cwd=REPO
+        [sys.executable, "-m", "jaxpar.launch", *options, __file__, "run", str(snippet)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        cwd=REPO,
     )
-    stdout = process.stdout if options is None else output_of_process_zero(process.stdout)
+    stdout = output_of_process_zero(process.stdout)
     return RunResult(snippet, process.returncode, stdout, process.stderr)
 
 
