@@ -295,6 +295,11 @@ def shared_environment() -> dict[str, str]:
     return env
 
 
+# The fork server's (sitetools.prestarted): the environment this program started with, not
+# one that a test has changed for its own run when the first run starts the server.
+SERVER_ENVIRONMENT = shared_environment()
+
+
 def run(snippet: Path, timeout: float = 300) -> RunResult:
     """Run a snippet in a process of its own, as the tests and ``make outputs`` do.
 
@@ -308,7 +313,7 @@ def run(snippet: Path, timeout: float = 300) -> RunResult:
 def _run(snippet: Path, env: dict[str, str], timeout: float) -> RunResult:
     options = launch_arguments(snippet)
     if options is None:  # one process: forked from one that has imported JAX already
-        process = prestarted.run(["run", str(snippet)], env, REPO, timeout, shared_environment())
+        process = prestarted.run(["run", str(snippet)], env, REPO, timeout, SERVER_ENVIRONMENT)
         return RunResult(snippet, process.returncode, process.stdout, process.stderr)
     if expected_status(snippet) != 0:
         # Run from the snippet's folder, as a reader would, so that tracebacks name the file
