@@ -14,6 +14,7 @@ from sitetools.snippets import (
     parse_cells,
     read_sections,
     run,
+    run_on_fewer_devices,
     section,
     uses_devices,
 )
@@ -102,6 +103,15 @@ def test_a_run_with_its_own_environment_gets_a_fresh_process(tmp_path, monkeypat
     assert result.returncode == 0, result.stderr
     assert "JAX imported before the snippet: False" in result.stdout
     assert f"parent: {os.getpid()}\n" in result.stdout
+
+
+def test_fewer_devices_runs_compile_without_optimisations_on_their_device_count(tmp_path):
+    source = 'import jax\njax.config.update("jax_num_cpu_devices", 8)\n'
+    source += "print(jax.device_count(), jax.config.read('jax_disable_most_optimizations'))\n"
+    result = run_on_fewer_devices([write(tmp_path, source)], 4)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == section("preamble", "4 True\n")
+    assert run(write(tmp_path, source)).stdout == section("preamble", "8 False\n")
 
 
 def test_a_run_past_its_timeout_is_stopped(tmp_path):

@@ -1,4 +1,4 @@
-"""Every snippet runs, in a fresh process, and prints exactly its recorded output."""
+"""Every snippet runs, in a process of its own, and prints exactly its recorded output."""
 
 from __future__ import annotations
 

@@ -30,10 +30,14 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-PRELOADED = ["numpy", "jax", "jax.numpy", "flax.nnx", "optax"]
+PRELOADED = ["numpy", "jax", "jax.numpy", "flax.nnx", "optax", "sklearn.datasets"]
+# JAX reads its JAX_* variables when it is imported, so a child applies those of its own
+# run that may differ from the server's itself.
+JAX_OPTIONS = {"JAX_DISABLE_MOST_OPTIMIZATIONS": "jax_disable_most_optimizations"}
 # What may differ between the server's environment and a run's: each run's own temporary
-# folder, and the name of the test that runs it, which pytest sets for each test.
-PER_RUN = {"TMPDIR", "PYTEST_CURRENT_TEST"}
+# folder, the name of the test that runs it (pytest sets it for each test), the device count
+# sitetools.snippets reads when a run starts, and JAX_OPTIONS.
+PER_RUN = {"TMPDIR", "PYTEST_CURRENT_TEST", "SITETOOLS_DEVICE_COUNT", *JAX_OPTIONS}
 
 _server_environment: dict[str, str] | None = None
 _lock = threading.Lock()
@@ -111,10 +115,14 @@ def _environment(env: dict[str, str]) -> Iterator[None]:
 
 def _child(command: list[str], env: dict[str, str], cwd: str, stdout: str, stderr: str) -> None:
     """In the forked child: become the run's process, run the command, end as Python does."""
+    import jax  # preloaded: nothing to import
+
     from sitetools import snippets  # imported here: the server preloads only PRELOADED
 
     os.environ.clear()
     os.environ.update(env)
+    for variable, option in JAX_OPTIONS.items():
+        jax.config.update(option, env.get(variable, "").lower() in ("1", "true", "yes", "on"))
     tempfile.tempdir = None  # found again, from this run's TMPDIR
     os.chdir(cwd)
     for fd, path in ((1, stdout), (2, stderr)):

@@ -202,7 +202,7 @@ def _wait_for_jax_effects() -> None:
 
 @dataclass(frozen=True)
 class RunResult:
-    """What one snippet printed, in a fresh process."""
+    """What one snippet printed, in a process of its own."""
 
     snippet: Path
     returncode: int
@@ -256,22 +256,16 @@ def uses_devices(snippet: Path) -> bool:
 
 
 def run_on_fewer_devices(snippets: list[Path], devices: int, timeout: float = 300) -> RunResult:
-    """Run snippets one after the other in one fresh process on ``devices`` simulated
+    """Run snippets one after the other in one process of their own on ``devices`` simulated
     devices, as a reader's machine with fewer accelerators would: a check that each runs,
     whose output is not compared. One process for them all saves importing JAX each time,
     and as only whether they run counts, XLA compiles them without its optimisations,
     which change how fast a program runs, not whether it does (a quarter less CPU).
     ``stderr`` names every snippet that failed, with its traceback."""
     with environment(devices) as env:
-        env["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"  # read when JAX is imported: a fresh process
-        process = subprocess.run(
-            [sys.executable, "-m", "sitetools.snippets", "run", *map(str, snippets)],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=timeout,
-            cwd=REPO,
-        )
+        env["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"
+        command = ["run", *map(str, snippets)]
+        process = prestarted.run(command, env, REPO, timeout, SERVER_ENVIRONMENT)
     return RunResult(snippets[0], process.returncode, process.stdout, process.stderr)
 
 
