@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import signal
 import subprocess
 import textwrap
 from pathlib import Path
@@ -18,6 +20,9 @@ from sitetools.snippets import (
     section,
     uses_devices,
 )
+
+# A fresh interpreter's: "fork" on Linux before Python 3.14, "forkserver" from 3.14.
+DEFAULT_START_METHOD = multiprocessing.get_context().get_start_method()
 
 
 def write(tmp_path: Path, source: str) -> Path:
@@ -103,6 +108,36 @@ def test_a_run_with_its_own_environment_gets_a_fresh_process(tmp_path, monkeypat
     assert result.returncode == 0, result.stderr
     assert "JAX imported before the snippet: False" in result.stdout
     assert f"parent: {os.getpid()}\n" in result.stdout
+
+
+def test_a_fork_server_that_died_is_started_again_with_the_snippets_environment(tmp_path):
+    from multiprocessing import forkserver
+
+    source = "import os, sys\nprint(sys.warnoptions, os.environ['JAX_PLATFORMS'], os.getppid())\n"
+    path = write(tmp_path, source)
+    first = run(path)
+    os.kill(forkserver._forkserver._forkserver_pid, signal.SIGKILL)
+    again = run(path)
+    assert again.returncode == 0, again.stderr
+    assert "['error::DeprecationWarning'] cpu" in again.stdout
+    assert again.stdout != first.stdout  # another fork server: another parent
+    assert f" {os.getpid()}\n" not in again.stdout
+
+
+def test_a_snippet_starts_processes_as_it_would_in_a_fresh_interpreter(tmp_path):
+    source = """
+    import multiprocessing
+    def work(queue):
+        queue.put("from the child")
+    queue = multiprocessing.Queue()
+    process = multiprocessing.Process(target=work, args=(queue,))
+    process.start()
+    print(queue.get(), multiprocessing.get_start_method())
+    process.join()
+    """
+    result = run(write(tmp_path, source))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == section("preamble", f"from the child {DEFAULT_START_METHOD}\n")
 
 
 def test_fewer_devices_runs_compile_without_optimisations_on_their_device_count(tmp_path):

@@ -3,17 +3,19 @@
 Each snippet runs in a process of its own, as ``python snippet.py`` would. Starting Python
 and importing JAX, Flax and Optax costs about 1 CPU-s, a quarter of what a typical snippet
 costs in all. Instead, a fork server (:mod:`multiprocessing`'s) imports them once and forks
-one child per run. Nothing has created a device, a backend or a thread at that point, so
-forking is safe. The server is started with the environment the snippets run with, since
-JAX reads its ``JAX_*`` variables at import.
+one child per run. Nothing has created a device, a backend or a thread of Python's at that
+point, so forking is safe. The server is started with the environment the snippets run
+with, since JAX reads its ``JAX_*`` variables at import; if it dies, it is started again
+with the same environment.
 
-Each child gets the environment, working folder, standard output and error of its own run.
-It ends the way an interpreter does (non-daemon threads joined, then ``atexit``
-functions), so what it prints and its exit status are those of a fresh process. A run
-whose environment differs in more than ``PER_RUN`` from the server's gets a fresh
-process: see :func:`run`. As with any use of :mod:`multiprocessing`, a script that runs
-snippets needs an ``if __name__ == "__main__":`` guard (the tests and ``make outputs`` have
-one).
+Each child gets the working folder, standard output and error, and the ``PER_RUN``
+variables of its own run, and ``multiprocessing``'s default way of starting processes. It
+ends the way an interpreter does (an uncaught exception's traceback, non-daemon threads
+joined, then ``atexit`` functions), so what it prints and its exit status are those of a
+fresh process. A run whose environment differs from the server's in more than ``PER_RUN``
+gets a fresh process: see :func:`run`. As with any use of :mod:`multiprocessing`, a script
+that runs snippets needs an ``if __name__ == "__main__":`` guard (the tests and
+``make outputs`` have one).
 """
 
 from __future__ import annotations
@@ -21,12 +23,14 @@ from __future__ import annotations
 import atexit
 import contextlib
 import multiprocessing
-import multiprocessing.forkserver
+import multiprocessing.connection
 import os
 import subprocess
 import sys
 import tempfile
 import threading
+import time
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,9 +42,12 @@ JAX_OPTIONS = {"JAX_DISABLE_MOST_OPTIMIZATIONS": "jax_disable_most_optimizations
 # folder, the name of the test that runs it (pytest sets it for each test), the device count
 # sitetools.snippets reads when a run starts, and JAX_OPTIONS.
 PER_RUN = {"TMPDIR", "PYTEST_CURRENT_TEST", "SITETOOLS_DEVICE_COUNT", *JAX_OPTIONS}
+TRUE, FALSE = {"1", "y", "yes", "t", "true", "on"}, {"0", "n", "no", "f", "false", "off"}
 
-_server_environment: dict[str, str] | None = None
+# multiprocessing's start() reaps other threads' children, and two threads that poll the
+# same child can lose its exit status: starting and reaping happen under this lock.
 _lock = threading.Lock()
+_server_environment: dict[str, str] | None = None
 
 
 def run(
@@ -48,11 +55,16 @@ def run(
 ) -> subprocess.CompletedProcess:
     """``python -m sitetools.snippets`` + ``command`` in a child of the fork server, like
     ``subprocess.run([sys.executable, "-m", "sitetools.snippets", *command], env=env,
-    cwd=cwd, capture_output=True, text=True, timeout=timeout)``. The server is started
-    with the environment ``server`` on the first call; a run whose ``env`` differs from it in
+    cwd=cwd, capture_output=True, text=True, timeout=timeout)``. The server runs with the
+    environment ``server`` (that of the first call); a run whose ``env`` differs from it in
     more than ``PER_RUN`` gets exactly that ``subprocess.run`` instead.
     """
-    if _without_per_run(env) != _start_server(server):
+    global _server_environment
+    with _lock:
+        if _server_environment is None:
+            multiprocessing.set_forkserver_preload(PRELOADED)
+            _server_environment = _without_per_run(server)
+    if _without_per_run(env) != _server_environment:
         return subprocess.run(
             [sys.executable, "-m", "sitetools.snippets", *command],
             env=env,
@@ -61,19 +73,20 @@ def run(
             text=True,
             timeout=timeout,
         )
-    context = multiprocessing.get_context("forkserver")
+    run_only = {name: env[name] for name in PER_RUN if name in env}
     with tempfile.TemporaryDirectory(prefix="prestarted-") as folder:
         streams = Path(folder) / "stdout", Path(folder) / "stderr"
         for path in streams:  # there even if the child fails before it opens them
             path.touch()
-        child = context.Process(target=_child, args=(command, env, str(cwd), *map(str, streams)))
-        child.start()
-        child.join(timeout)
-        if child.exitcode is None:
-            child.kill()
+        child = _started((command, run_only, str(cwd), *map(str, streams)))
+        ended = multiprocessing.connection.wait([child.sentinel], timeout)
+        with _lock:
+            if not ended:
+                child.kill()
             child.join()
-            raise subprocess.TimeoutExpired(command, timeout)
         stdout, stderr = (path.read_text(encoding="utf-8", errors="replace") for path in streams)
+    if not ended:
+        raise subprocess.TimeoutExpired(command, timeout, output=stdout, stderr=stderr)
     if child.exitcode != 0 and not stdout + stderr:
         stderr = (
             f"the fork server's child for {command} ended with status {child.exitcode} "
@@ -84,20 +97,26 @@ def run(
     return subprocess.CompletedProcess(command, child.exitcode, stdout, stderr)
 
 
+def _started(arguments: tuple) -> multiprocessing.Process:
+    """A child of the fork server, started. A server that died is started again by
+    ``start()``, from ``os.environ``: here, the server's. One that is dying and not yet
+    gone closes the connection: then the start is tried again."""
+    tries = 3
+    while True:
+        child = multiprocessing.get_context("forkserver").Process(target=_child, args=arguments)
+        try:
+            with _lock, _environment(_server_environment):
+                child.start()
+            return child
+        except (EOFError, ConnectionError):
+            tries -= 1
+            if not tries:
+                raise
+            time.sleep(0.2)
+
+
 def _without_per_run(env: dict[str, str]) -> dict[str, str]:
     return {name: value for name, value in env.items() if name not in PER_RUN}
-
-
-def _start_server(env: dict[str, str]) -> dict[str, str]:
-    """The environment of the fork server, started with ``env`` if it was not yet."""
-    global _server_environment
-    with _lock:
-        if _server_environment is None:
-            multiprocessing.set_forkserver_preload(PRELOADED)
-            with _environment(_without_per_run(env)):
-                multiprocessing.forkserver.ensure_running()
-            _server_environment = _without_per_run(env)
-        return _server_environment
 
 
 @contextlib.contextmanager
@@ -113,29 +132,41 @@ def _environment(env: dict[str, str]) -> Iterator[None]:
         os.environ.update(saved)
 
 
-def _child(command: list[str], env: dict[str, str], cwd: str, stdout: str, stderr: str) -> None:
+def _child(command: list[str], run_only: dict[str, str], cwd: str, stdout: str, stderr: str):
     """In the forked child: become the run's process, run the command, end as Python does."""
     import jax  # preloaded: nothing to import
 
     from sitetools import snippets  # imported here: the server preloads only PRELOADED
 
-    os.environ.clear()
-    os.environ.update(env)
-    for variable, option in JAX_OPTIONS.items():
-        jax.config.update(option, env.get(variable, "").lower() in ("1", "true", "yes", "on"))
-    tempfile.tempdir = None  # found again, from this run's TMPDIR
-    os.chdir(cwd)
-    for fd, path in ((1, stdout), (2, stderr)):
+    sys.stdout.flush()
+    sys.stderr.flush()
+    for fd, path in ((1, stdout), (2, stderr)):  # sys.stdout and sys.stderr write to them
         opened = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         os.dup2(opened, fd)
         os.close(opened)
-    sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
-    sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+    # The server's environment, with what its imports set (JAX sets TF_CPP_MIN_LOG_LEVEL),
+    # and this run's own values of PER_RUN.
+    for name in PER_RUN:
+        os.environ.pop(name, None)
+    os.environ.update(run_only)
+    for variable, option in JAX_OPTIONS.items():
+        value = os.environ.get(variable, "false").lower()
+        if value not in TRUE | FALSE:
+            raise ValueError(f"{variable}={value!r}: not a value JAX reads as true or false")
+        jax.config.update(option, value in TRUE)
+    tempfile.tempdir = None  # found again, from this run's TMPDIR
+    multiprocessing.set_start_method(None, force=True)  # the default, not the fork server
+    os.chdir(cwd)
     sys.path.insert(0, cwd)  # as `python -m` does
     try:
         status = snippets.main(command)
     except SystemExit as exit:
-        status = exit.code if isinstance(exit.code, int) else 1
+        status = exit.code if isinstance(exit.code, int) else 0 if exit.code is None else 1
+        if not isinstance(exit.code, int | None):
+            print(exit.code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001 - reported as the interpreter would
+        traceback.print_exc()
+        status = 1
     threading._shutdown()  # what the interpreter does at exit, in its order
     atexit._run_exitfuncs()
     sys.stdout.flush()
