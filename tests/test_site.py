@@ -335,29 +335,27 @@ def test_a_new_english_page_falls_back_with_a_notice_and_its_new_diagram_in_the_
     assert "diagram 'Not drawn yet' has no drawing in docs/diagrams/" in result.stderr
 
 
-@pytest.mark.parametrize(
-    ("include", "expected"),
-    [
-        (
-            "snippets/data_parallel/nowhere.py",
-            "includes snippets/data_parallel/nowhere.py, which does not exist",
-        ),
-        (
-            "snippets/data_parallel/linear_regression.py:no_such_section",
-            "includes section 'no_such_section' of snippets/data_parallel/linear_regression.py, which has no such section",
-        ),
-    ],
-)
-def test_missing_include_fails_naming_page_and_path(tmp_path, include, expected):
+# Both in one page, so one build shows both: each problem of a page is named.
+MISSING_INCLUDES = {
+    "snippets/data_parallel/nowhere.py": (
+        "includes snippets/data_parallel/nowhere.py, which does not exist"
+    ),
+    "snippets/data_parallel/linear_regression.py:no_such_section": (
+        "includes section 'no_such_section' of snippets/data_parallel/linear_regression.py, "
+        "which has no such section"
+    ),
+}
+
+
+def test_missing_includes_fail_naming_page_and_path(tmp_path):
     project = copy_project(tmp_path / "project")
     page = project / "docs" / "zh" / "glossary.md"
-    page.write_text(
-        page.read_text(encoding="utf-8") + f'\n```python\n--8<-- "{include}"\n```\n',
-        encoding="utf-8",
-    )
+    blocks = "".join(f'\n```python\n--8<-- "{include}"\n```\n' for include in MISSING_INCLUDES)
+    page.write_text(page.read_text(encoding="utf-8") + blocks, encoding="utf-8")
     result = build(project, tmp_path / "site")
     assert result.returncode != 0
-    assert f"docs/zh/glossary.md {expected}" in result.stdout + result.stderr
+    for expected in MISSING_INCLUDES.values():
+        assert f"docs/zh/glossary.md {expected}" in result.stdout + result.stderr
 
 
 def test_broken_link_or_anchor_fails_the_build(tmp_path):
