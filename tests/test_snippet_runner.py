@@ -149,6 +149,14 @@ def test_fewer_devices_runs_compile_without_optimisations_on_their_device_count(
     assert run(write(tmp_path, source)).stdout == section("preamble", "8 False\n")
 
 
+def test_a_jax_option_jax_cannot_read_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("JAX_DISABLE_MOST_OPTIMIZATIONS", "maybe")
+    result = run(write(tmp_path, "print('never')\n"))
+    assert result.returncode == 1
+    assert "JAX_DISABLE_MOST_OPTIMIZATIONS='maybe': not a value JAX reads" in result.stderr
+    assert "never" not in result.stdout
+
+
 def test_a_run_past_its_timeout_is_stopped(tmp_path):
     with pytest.raises(subprocess.TimeoutExpired):
         run(write(tmp_path, "import time\ntime.sleep(60)\n"), timeout=1)

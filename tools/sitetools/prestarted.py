@@ -47,7 +47,6 @@ TRUE, FALSE = {"1", "y", "yes", "t", "true", "on"}, {"0", "n", "no", "f", "false
 # multiprocessing's start() reaps other threads' children, and two threads that poll the
 # same child can lose its exit status: starting and reaping happen under this lock.
 _lock = threading.Lock()
-_server_environment: dict[str, str] | None = None
 
 
 def run(
@@ -56,15 +55,11 @@ def run(
     """``python -m sitetools.snippets`` + ``command`` in a child of the fork server, like
     ``subprocess.run([sys.executable, "-m", "sitetools.snippets", *command], env=env,
     cwd=cwd, capture_output=True, text=True, timeout=timeout)``. The server runs with the
-    environment ``server`` (that of the first call); a run whose ``env`` differs from it in
-    more than ``PER_RUN`` gets exactly that ``subprocess.run`` instead.
+    environment ``server``; a run whose ``env`` differs from it in more than ``PER_RUN``
+    gets exactly that ``subprocess.run`` instead.
     """
-    global _server_environment
-    with _lock:
-        if _server_environment is None:
-            multiprocessing.set_forkserver_preload(PRELOADED)
-            _server_environment = _without_per_run(server)
-    if _without_per_run(env) != _server_environment:
+    server = _without_per_run(server)
+    if _without_per_run(env) != server:
         return subprocess.run(
             [sys.executable, "-m", "sitetools.snippets", *command],
             env=env,
@@ -78,7 +73,7 @@ def run(
         streams = Path(folder) / "stdout", Path(folder) / "stderr"
         for path in streams:  # there even if the child fails before it opens them
             path.touch()
-        child = _started((command, run_only, str(cwd), *map(str, streams)))
+        child = _started((command, run_only, str(cwd), *map(str, streams)), server)
         ended = multiprocessing.connection.wait([child.sentinel], timeout)
         with _lock:
             if not ended:
@@ -97,15 +92,16 @@ def run(
     return subprocess.CompletedProcess(command, child.exitcode, stdout, stderr)
 
 
-def _started(arguments: tuple) -> multiprocessing.Process:
-    """A child of the fork server, started. A server that died is started again by
-    ``start()``, from ``os.environ``: here, the server's. One that is dying and not yet
-    gone closes the connection: then the start is tried again."""
+def _started(arguments: tuple, server: dict[str, str]) -> multiprocessing.Process:
+    """A child of the fork server, started. The server is started (again, if it died) by
+    ``start()``, with ``os.environ``: here, ``server``. One that is dying and not yet gone
+    closes the connection: then the start is tried again."""
     tries = 3
     while True:
         child = multiprocessing.get_context("forkserver").Process(target=_child, args=arguments)
         try:
-            with _lock, _environment(_server_environment):
+            with _lock, _environment(server):
+                multiprocessing.set_forkserver_preload(PRELOADED)
                 child.start()
             return child
         except (EOFError, ConnectionError):
