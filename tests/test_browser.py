@@ -219,6 +219,18 @@ def check_loaded_files(page, base_url: str, site: Path, code: str, kind: str) ->
         assert path in counted or path.suffix == ".ipynb", f"{url} is not counted in {html}"
 
 
+def check_search_index_waits_for_load(page) -> None:
+    """Material asks for the search index after the page's load event, not while the page is
+    being painted (overrides/main.html holds its requests until then)."""
+    index = "e => e.name.endsWith('/search/search_index.json')"
+    page.wait_for_function(f"performance.getEntriesByType('resource').some({index})")
+    loaded, asked = page.evaluate(
+        f"""[performance.getEntriesByType('navigation')[0].loadEventEnd,
+             performance.getEntriesByType('resource').find({index}).startTime]"""
+    )
+    assert asked >= loaded > 0, f"search index asked for at {asked} ms, page loaded at {loaded} ms"
+
+
 def check_notebook_download(page) -> None:
     """The page's .ipynb download link gives a valid notebook."""
     href = page.get_attribute('a[download][href$=".ipynb"]', "href")
@@ -247,6 +259,7 @@ def test_page_loads_cleanly_and_accessibly(page, base_url, site, code, kind):
     if kind == "notebook":
         check_notebook_download(page)
     check_loaded_files(page, base_url, site, code, kind)
+    check_search_index_waits_for_load(page)
     assert page.evaluate("document.documentElement.lang") == code
     if kind not in AXE_IN_FIRST_LANGUAGE_ONLY or code == LANGUAGES[0]:
         # Every rule, with details of the violations only (twice as fast on the API page).
