@@ -222,7 +222,7 @@ def check_loaded_files(page, base_url: str, site: Path, code: str, kind: str) ->
 def check_search_index_waits_for_load(page) -> None:
     """Material asks for the search index after the page's load event, not while the page is
     being painted (overrides/main.html holds its requests until then)."""
-    index = "e => e.name.endsWith('/search/search_index.json')"
+    index = f"e => e.name.endsWith('{SEARCH_INDEX.removeprefix('**')}')"
     page.wait_for_function(f"performance.getEntriesByType('resource').some({index})")
     loaded, asked = page.evaluate(
         f"""[performance.getEntriesByType('navigation')[0].loadEventEnd,
