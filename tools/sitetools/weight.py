@@ -28,7 +28,7 @@ PAGE_TYPES = {
     "home": "",
     "tutorial": "data-parallel/first-example/",  # a diagram and math
     "notebook": "notebooks/data_parallel/linear_regression/",
-    "api": "api/jaxpar/",
+    "api": "api/profiles/",  # the largest page of the API reference
     "status": "translation-status/",
 }
 
