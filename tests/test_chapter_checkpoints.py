@@ -40,6 +40,30 @@ def final_state(text: str) -> list[str]:
     return re.findall(r"final state (\w+)", text)
 
 
+def logged_lines(section: str, heading: str) -> list[str]:
+    """The lines of run/log.txt that crash_and_resume.py printed, indented, under ``heading``."""
+    lines = section.splitlines()
+    start = lines.index(heading) + 1
+    end = next(
+        (i for i, line in enumerate(lines[start:], start) if not line.startswith("  ")), None
+    )
+    return [line[2:] for line in lines[start:end]]
+
+
+def test_train_out_is_what_the_crashed_and_the_resumed_run_logged():
+    # train.py's recording is checked here, through crash_and_resume.py's runs of it: the
+    # crashed run logged every line of an uninterrupted run up to its final state, and
+    # the resumed run ended with the same description of the checkpoint.
+    crashed = logged_lines(RESUME["crash"], "run/log.txt:")
+    uninterrupted = "".join(TRAIN[name] for name in ("data", "checkpoints", "train"))
+    assert crashed == uninterrupted.splitlines()
+    resumed = logged_lines(RESUME["resume"], "new in run/log.txt, from the restore on:")
+    after_final_state = resumed[
+        [line.startswith("final state") for line in resumed].index(True) + 1 :
+    ]
+    assert after_final_state == TRAIN["written"].splitlines()
+
+
 def test_each_process_reads_its_own_half_of_every_batch_in_a_new_order_each_epoch():
     data = TRAIN["data"]
     first = re.findall(r"step 1, process (\d) reads examples \[([\d, ]+)\]", data)
@@ -84,7 +108,7 @@ def test_a_crash_while_saving_leaves_the_previous_checkpoints_intact():
 
 def test_the_resumed_run_repeats_steps_9_to_12_bit_for_bit():
     resume = RESUME["resume"]
-    assert "new in run/log.txt:\n  resuming after step 8\n" in resume
+    assert "new in run/log.txt, from the restore on:\n  resuming after step 8\n" in resume
     assert "exit status 0" in resume
     assert "Removing existing\n    directory since it is not finalized." in resume
     uninterrupted = losses(TRAIN["train"])

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from sitetools.snippets import (
     SnippetError,
+    checked_through,
     output_of_process_zero,
     parse_cells,
     read_sections,
@@ -43,6 +44,13 @@ def write(tmp_path: Path, source: str) -> Path:
 def test_a_snippet_uses_devices_when_its_code_names_them(tmp_path, source, expected):
     """Names in comments and strings do not count; names in code and imports do."""
     assert uses_devices(write(tmp_path, source)) is expected
+
+
+def test_a_snippet_names_the_snippet_beside_it_that_checks_its_output(tmp_path):
+    plain = write(tmp_path, '"""Doc."""\n# jaxpar.launch: --nproc 2\nprint(1)\n')
+    assert checked_through(plain) is None
+    marked = write(tmp_path, '"""Doc."""\n# output checked through other.py: it runs me\n')
+    assert checked_through(marked) == tmp_path / "other.py"
 
 
 def test_cells_are_named_and_keep_their_line_numbers(tmp_path):

@@ -11,6 +11,7 @@ import pytest
 from sitetools import REPO
 from sitetools.snippets import (
     RECORD_COMMAND,
+    checked_through,
     discover,
     expected_status,
     launch_arguments,
@@ -35,11 +36,26 @@ LAUNCHED_LINES = [
 ]
 
 
+# A snippet that another one launches as a reader would (its "# output checked through"
+# line) is not launched again: its chapter's tests compare the two recordings.
+RUN_ALONE = [s for s in SNIPPETS if checked_through(s) is None]
+
+
 def test_snippets_exist():
     assert SNIPPETS, "no snippets found under snippets/"
 
 
-@pytest.mark.parametrize("snippet", SNIPPETS, ids=IDS)
+def test_a_snippet_checked_through_another_is_run_by_it():
+    for snippet in set(SNIPPETS) - set(RUN_ALONE):
+        other = checked_through(snippet)
+        assert other in RUN_ALONE, f"{snippet.name}: {other.name} is not a snippet that runs"
+        assert snippet.name in other.read_text(encoding="utf-8"), (
+            f"{other.name} does not run {snippet.name}, so it cannot check its output"
+        )
+        assert output_path(snippet).exists(), f"{snippet.name} has no recording"
+
+
+@pytest.mark.parametrize("snippet", RUN_ALONE, ids=[str(p.relative_to(REPO)) for p in RUN_ALONE])
 def test_snippet_output_matches_recording(snippet: Path):
     name = snippet.relative_to(REPO)
     result = run(snippet)

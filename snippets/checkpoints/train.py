@@ -12,6 +12,7 @@ being saved. Run it with the site's launcher:
 """
 
 # jaxpar.launch: --nproc 2 --devices-per-process 4 --timeout 120
+# output checked through crash_and_resume.py: its two runs of this script log every line of train.out
 
 # --8<-- [start:start]
 import jax

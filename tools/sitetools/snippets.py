@@ -11,7 +11,10 @@ A snippet with a ``# jaxpar.launch: --nproc 2 --devices-per-process 4`` line run
 several processes under ``python -m jaxpar.launch``, and process 0's output is recorded.
 One that also has a ``# exits with status N: <why>`` line shows what the launcher does when
 a rank fails: it must end with that status, and the launcher's whole output is recorded,
-every rank's lines and the launcher's own, as a reader would see it.
+every rank's lines and the launcher's own, as a reader would see it. One that another
+snippet runs as a reader would, and whose every recorded line that snippet's recording
+shows again, says so in a line ``# output checked through other.py: <how>``: the tests
+compare the two recordings instead of launching it a second time.
 
 Snippets size their meshes from ``jax.device_count()``, so that a reader's machine with 1,
 2 or 4 GPUs runs them too; one whose lesson needs exactly 8 devices says so in a line
@@ -54,6 +57,9 @@ RECORD_COMMAND = "make outputs"
 LAUNCH_MARKER = re.compile(r"^# jaxpar\.launch: (?P<options>.+)$", re.MULTILINE)
 EXIT_STATUS_MARKER = re.compile(r"^# exits with status (?P<status>\d+): (?P<why>.+)$", re.MULTILINE)
 NEEDS_DEVICES_MARKER = re.compile(r"^# needs (?P<count>\d+) devices: (?P<why>.+)$", re.MULTILINE)
+CHECKED_THROUGH_MARKER = re.compile(
+    r"^# output checked through (?P<other>[\w-]+\.py): (?P<how>.+)$", re.MULTILINE
+)
 DEVICE_COUNT_LINE = 'jax.config.update("jax_num_cpu_devices", 8)'
 # Set by run_on_fewer_devices: the snippet's DEVICE_COUNT_LINE asks for N devices instead.
 ENV_DEVICE_COUNT = "SITETOOLS_DEVICE_COUNT"
@@ -226,6 +232,13 @@ def needed_devices(snippet: Path) -> int | None:
     """The device count a snippet's lesson needs exactly (its ``# needs N devices:`` line)."""
     match = NEEDS_DEVICES_MARKER.search(snippet.read_text(encoding="utf-8"))
     return int(match["count"]) if match else None
+
+
+def checked_through(snippet: Path) -> Path | None:
+    """The snippet beside this one whose run re-checks its recorded output (its ``# output
+    checked through other.py:`` line), if any: that one runs it as a reader would."""
+    match = CHECKED_THROUGH_MARKER.search(snippet.read_text(encoding="utf-8"))
+    return snippet.with_name(match["other"]) if match else None
 
 
 # The names through which a program learns how many devices there are or places data on
