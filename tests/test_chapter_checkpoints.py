@@ -58,10 +58,8 @@ def test_train_out_is_what_the_crashed_and_the_resumed_run_logged():
     uninterrupted = "".join(TRAIN[name] for name in ("data", "checkpoints", "train"))
     assert crashed == uninterrupted.splitlines()
     resumed = logged_lines(RESUME["resume"], "new in run/log.txt, from the restore on:")
-    after_final_state = resumed[
-        [line.startswith("final state") for line in resumed].index(True) + 1 :
-    ]
-    assert after_final_state == TRAIN["written"].splitlines()
+    final_state = next(i for i, line in enumerate(resumed) if line.startswith("final state"))
+    assert resumed[final_state + 1 :] == TRAIN["written"].splitlines()
 
 
 def test_each_process_reads_its_own_half_of_every_batch_in_a_new_order_each_epoch():

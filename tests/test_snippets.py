@@ -24,7 +24,13 @@ from sitetools.snippets import (
 )
 
 SNIPPETS = discover()
-IDS = [str(p.relative_to(REPO)) for p in SNIPPETS]
+
+
+def ids(snippets: list[Path]) -> list[str]:
+    return [str(p.relative_to(REPO)) for p in snippets]
+
+
+IDS = ids(SNIPPETS)
 # What a reader needs installed to run a snippet copied into an empty folder.
 ALLOWED_IMPORTS = {"jax", "flax", "optax", "orbax", "grain", "numpy", "rich", "sklearn"}
 DEVICE_LINES = ["import jax", 'jax.config.update("jax_num_cpu_devices", 8)']
@@ -55,7 +61,7 @@ def test_a_snippet_checked_through_another_is_run_by_it():
         assert output_path(snippet).exists(), f"{snippet.name} has no recording"
 
 
-@pytest.mark.parametrize("snippet", RUN_ALONE, ids=[str(p.relative_to(REPO)) for p in RUN_ALONE])
+@pytest.mark.parametrize("snippet", RUN_ALONE, ids=ids(RUN_ALONE))
 def test_snippet_output_matches_recording(snippet: Path):
     name = snippet.relative_to(REPO)
     result = run(snippet)
