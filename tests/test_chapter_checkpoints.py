@@ -57,6 +57,7 @@ def test_train_out_is_what_the_crashed_and_the_resumed_run_logged():
     crashed = logged_lines(RESUME["crash"], "run/log.txt:")
     uninterrupted = "".join(TRAIN[name] for name in ("data", "checkpoints", "train"))
     assert crashed == uninterrupted.splitlines()
+    assert len(TRAIN["data"].splitlines()) == 5  # "the five lines on the data" (resuming page)
     resumed = logged_lines(RESUME["resume"], "new in run/log.txt, from the restore on:")
     final_state = next(i for i, line in enumerate(resumed) if line.startswith("final state"))
     assert resumed[final_state + 1 :] == TRAIN["written"].splitlines()
