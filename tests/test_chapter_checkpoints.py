@@ -1,6 +1,6 @@
 """The checkpoints chapter's claims: what a 2-process Orbax checkpoint holds, how Grain splits
-and orders the data, a crashed run that resumes bit for bit, a restore into another layout in
-one process, Orbax's errors, and what Grain's worker processes need."""
+and orders the data, runs killed in a save and in a step that resume bit for bit, a restore
+into another layout in one process, Orbax's errors, and what Grain's worker processes need."""
 
 from __future__ import annotations
 
@@ -96,6 +96,7 @@ def test_every_process_writes_its_own_part_of_the_checkpoint():
 
 def test_a_crash_while_saving_leaves_the_previous_checkpoints_intact():
     crash = RESUME["crash"]
+    assert "train.py --workdir run --crash-in-save 12\n" in crash
     assert "[launch] rank 1 exited with status 137; stopping the other ranks." in crash
     assert "exit status 137" in crash  # 128 + SIGKILL
     assert "run/checkpoints: ['12.orbax-checkpoint-tmp', '4', '8']" in crash
@@ -103,6 +104,29 @@ def test_a_crash_while_saving_leaves_the_previous_checkpoints_intact():
     # The run got through step 12 before it died: its last log lines are the reference.
     assert f"step 12  loss {losses(TRAIN['train'])[12]}" in crash
     assert final_state(crash) == final_state(TRAIN["train"])
+
+
+def test_a_crash_in_the_middle_of_a_step_loses_only_the_steps_since_the_checkpoint():
+    crash = RESUME["crash_in_step"]
+    assert "train.py --workdir run --crash-in-step 10\n" in crash
+    assert "[launch] rank 1 exited with status 137; stopping the other ranks." in crash
+    assert "exit status 137" in crash
+    # It restored step 8 and logged no step: losses are logged at the saves (steps 12, 16 ...).
+    assert logged_lines(crash, "new in run/log.txt, from the restore on:") == [
+        "resuming after step 8",
+        f"state bytes on device 0: {bytes_on_device_0(TRAIN['checkpoints'])[0]} of {STATE_BYTES}",
+    ]
+    # Nothing written, nothing removed: the folder is as the crash while saving left it.
+    assert "run/checkpoints: ['12.orbax-checkpoint-tmp', '4', '8']" in crash
+    assert "latest complete checkpoint: 8" in crash
+
+
+def test_train_py_kills_process_1_straight_after_dispatching_the_step():
+    # The page: the kill lands right after train_step returns, while XLA computes the step.
+    lines = [line.strip() for line in (SNIPPETS / "train.py").read_text().splitlines()]
+    call = lines.index("state, loss = train_step(state, x, y)")
+    assert lines[call + 1] == "if step == args.crash_in_step and process == 1:"
+    assert lines[call + 2].startswith("os.kill(os.getpid(), signal.SIGKILL)")
 
 
 def test_the_resumed_run_repeats_steps_9_to_12_bit_for_bit():

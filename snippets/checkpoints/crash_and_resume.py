@@ -1,13 +1,14 @@
 """Resuming after a crash, and restoring a 2-process checkpoint in one process.
 
 Runs `train.py` (beside this script) under `python -m jaxpar.launch`, as you would from a
-shell: first with `--crash-at 12`, where process 1 kills itself while step 12 is being
-saved, then again with the same `--workdir`, which resumes from the latest complete
-checkpoint and repeats steps 9-12 with the same data, losses and final state, bit for bit.
-Then this single process restores the checkpoint that 2 processes wrote onto a mesh of
-another shape, tensor-parallel instead of FSDP, and shows Orbax's errors for a model of
-another shape, a folder that does not exist, a step that was never saved and an
-`nnx.eval_shape` target.
+shell, three times with the same `--workdir`: first with `--crash-in-save 12`, where process
+1 kills itself while step 12 is being saved; then with `--crash-in-step 10`, which resumes
+after step 8 and dies in the middle of step 10; then plainly, which resumes after step 8
+again and repeats steps 9-12 with the same data, losses and final state, bit for bit. Then
+this single process restores the checkpoint that 2 processes wrote onto a mesh of another
+shape, tensor-parallel instead of FSDP, and shows Orbax's errors for a model of another
+shape, a folder that does not exist, a step that was never saved and an `nnx.eval_shape`
+target.
 """
 
 import jax
@@ -52,6 +53,21 @@ def launch(*options):
     return result.returncode, [line for line in output.splitlines() if not gloo.search(line)]
 
 
+def new_in_log(lines_before):
+    """What a run added to run/log.txt, from its restore on (after the lines on the data)."""
+    new = (workdir / "log.txt").read_text().splitlines()[lines_before:]
+    return new[next(i for i, line in enumerate(new) if line.startswith("resuming")) :]
+
+
+def show_checkpoints():
+    """The checkpoint folder, and the step that a restart would resume after."""
+    print("run/checkpoints:", sorted(path.name for path in (workdir / "checkpoints").iterdir()))
+    checkpoints = ocp.CheckpointManager(
+        workdir / "checkpoints", options=ocp.CheckpointManagerOptions(read_only=True)
+    )
+    print("latest complete checkpoint:", checkpoints.latest_step())
+
+
 def logged(pattern):
     """The groups of each match of a regular expression in run/log.txt."""
     text = (workdir / "log.txt").read_text()
@@ -62,24 +78,28 @@ def logged(pattern):
 
 # %% crash
 # --8<-- [start:crash]
-status, output = launch("--crash-at", "12")
+status, output = launch("--crash-in-save", "12")
 print(*[line for line in output if line.startswith("[launch]")], sep="\n")
 print("exit status", status)
 print("run/log.txt:", *(workdir / "log.txt").read_text().splitlines(), sep="\n  ")
-print("run/checkpoints:", sorted(path.name for path in (workdir / "checkpoints").iterdir()))
-checkpoints = ocp.CheckpointManager(
-    workdir / "checkpoints", options=ocp.CheckpointManagerOptions(read_only=True)
-)
-print("latest complete checkpoint:", checkpoints.latest_step())
+show_checkpoints()
 # --8<-- [end:crash]
+
+# %% crash_in_step
+# --8<-- [start:crash_in_step]
+lines_before = len((workdir / "log.txt").read_text().splitlines())
+status, output = launch("--crash-in-step", "10")
+print(*[line for line in output if line.startswith("[launch]")], sep="\n")
+print("exit status", status)
+print("new in run/log.txt, from the restore on:", *new_in_log(lines_before), sep="\n  ")
+show_checkpoints()
+# --8<-- [end:crash_in_step]
 
 # %% resume
 # --8<-- [start:resume]
 lines_before = len((workdir / "log.txt").read_text().splitlines())
 status, output = launch()
-new = (workdir / "log.txt").read_text().splitlines()[lines_before:]
-first = next(i for i, line in enumerate(new) if line.startswith("resuming"))
-print("new in run/log.txt, from the restore on:", *new[first:], sep="\n  ")
+print("new in run/log.txt, from the restore on:", *new_in_log(lines_before), sep="\n  ")
 for line in output:
     if line.startswith("[rank 0] WARNING"):
         print(textwrap.fill(line, 88, subsequent_indent="    ", break_on_hyphens=False))
@@ -88,6 +108,7 @@ print("exit status", status)
 
 # %% compare
 # --8<-- [start:compare]
+# The crash in step 10 logged no step: losses are logged at the saves.
 steps = logged(r"^step +(\d+)  loss (\S+)  first example (\d+)$")  # steps 1-12, 9-12 again
 before, after = steps[8:12], steps[12:]
 print("steps 9-12 before the crash:", [loss for step, loss, first in before])

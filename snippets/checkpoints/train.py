@@ -5,14 +5,14 @@ The MLP of the model-sharding chapter with its parameters and optimizer state fu
 reads, shuffles per epoch and splits between the processes. Every 4 steps each process
 saves its own shards and its data iterator's position into one asynchronous Orbax
 checkpoint; the last 2 are kept. Started again with the same `--workdir`, it resumes from
-the latest complete checkpoint. `--crash-at N` makes process 1 kill itself while step N is
-being saved. Run it with the site's launcher:
+the latest complete checkpoint. `--crash-in-step N` makes process 1 kill itself in the middle
+of step N, and `--crash-in-save N` while step N is being saved. Run it with the site's launcher:
 
     python -m jaxpar.launch --nproc 2 --devices-per-process 4 train.py --workdir run
 """
 
 # jaxpar.launch: --nproc 2 --devices-per-process 4 --timeout 120
-# output checked through crash_and_resume.py: its two runs of this script log every line of train.out
+# output checked through crash_and_resume.py: its runs of this script log every line of train.out
 
 # --8<-- [start:start]
 import jax
@@ -44,7 +44,8 @@ from jax.sharding import PartitionSpec as P
 parser = argparse.ArgumentParser()
 parser.add_argument("--workdir", type=Path, help="checkpoints and log; the same for every process")
 parser.add_argument("--steps", type=int, default=12)
-parser.add_argument("--crash-at", type=int, help="process 1 dies while this step is being saved")
+parser.add_argument("--crash-in-step", type=int, help="process 1 dies in the middle of this step")
+parser.add_argument("--crash-in-save", type=int, help="process 1 dies while this step is saved")
 args = parser.parse_args()
 process, processes = jax.process_index(), jax.process_count()
 if args.workdir is None:  # a new folder, which every process must agree on: process 0's choice
@@ -219,6 +220,8 @@ with jax.set_mesh(mesh):
         x = jax.make_array_from_process_local_data(batch_sharding, batch["features"])
         y = jax.make_array_from_process_local_data(batch_sharding, batch["label"])
         state, loss = train_step(state, x, y)
+        if step == args.crash_in_step and process == 1:
+            os.kill(os.getpid(), signal.SIGKILL)  # dies while XLA runs the step it was handed
         losses.append(loss)
         firsts.append(batch["index"][0])  # the first example of process 0's share
         if manager.should_save(step) or step == args.steps:
@@ -236,7 +239,7 @@ with jax.set_mesh(mesh):
                 data=grain.checkpoint.CheckpointSave(batches),  # each process its position
             ),
         )
-        if step == args.crash_at and process == 1:
+        if step == args.crash_in_save and process == 1:
             os.kill(os.getpid(), signal.SIGKILL)  # dies while the checkpoint is being written
 manager.wait_until_finished()  # the last save, written in the background, is complete
 # --8<-- [end:train]
