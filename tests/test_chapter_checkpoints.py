@@ -111,7 +111,7 @@ def test_a_crash_in_the_middle_of_a_step_loses_only_the_steps_since_the_checkpoi
     assert "train.py --workdir run --crash-in-step 10\n" in crash
     assert "[launch] rank 1 exited with status 137; stopping the other ranks." in crash
     assert "exit status 137" in crash
-    # It restored step 8 and logged no step: losses are logged at the saves (steps 12, 16 ...).
+    # It restored step 8 and logged no step: losses are logged at the saves, the next at 12.
     assert logged_lines(crash, "new in run/log.txt, from the restore on:") == [
         "resuming after step 8",
         f"state bytes on device 0: {bytes_on_device_0(TRAIN['checkpoints'])[0]} of {STATE_BYTES}",
