@@ -90,7 +90,7 @@ def _build_and_record(root: Path) -> None:
 
 # What a small copy keeps: enough to build every language in a few seconds.
 # A label of the tutorial page's diagram (sitetools.weight.PAGE_TYPES["tutorial"]), per language.
-TUTORIAL_LABEL = {"en": "device 0", "zh": "设备 0", "ko": "디바이스 0"}
+TUTORIAL_LABEL = {"en": "device 0", "zh": "设备 0", "ko": "디바이스 0", "zh-hant": "裝置 0"}
 SMALL_PAGES = ["glossary.md"]  # it links to no other page
 SMALL_SNIPPET = "data_parallel/linear_regression"
 
@@ -98,17 +98,18 @@ SMALL_SNIPPET = "data_parallel/linear_regression"
 def copy_project(target: Path) -> Path:
     """A small copy of the site, to break on purpose: two pages and one snippet per language."""
     target.mkdir(parents=True, exist_ok=True)
-    for name in ["src", "tools", "overrides", "docs/languages.yml"]:
+    for name in ["src", "tools", "overrides", "docs/languages.yml", "docs/zh-hant-terms.yml"]:
         source = REPO / name
         if source.is_dir():
             shutil.copytree(source, target / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             (target / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target / name)
-    for code in load_languages():
+    for language in load_languages().values():
+        folder = language.docs_dir.relative_to(REPO)  # a converted language has none
         for page in SMALL_PAGES:
-            (target / "docs" / code).mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / "docs" / code / page, target / "docs" / code / page)
+            (target / folder).mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / folder / page, target / folder / page)
     for suffix in (".py", ".out"):
         snippet = Path("snippets") / f"{SMALL_SNIPPET}{suffix}"
         (target / snippet).parent.mkdir(parents=True, exist_ok=True)

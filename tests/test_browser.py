@@ -30,6 +30,7 @@ from sitetools.weight import loaded_files
 pytestmark = pytest.mark.browser
 
 LANGUAGES = list(load_languages())
+TAGS = {code: language.tag for code, language in load_languages().items()}  # zh-hant: zh-TW
 TUTORIAL = WEIGHED_PAGE_TYPES["tutorial"]  # code, output, a diagram and math
 PAGE_TYPES = WEIGHED_PAGE_TYPES | {"404": "no/such/page/"}  # and an unknown address
 # The API page is the docstrings, the same in every language, and axe-core needs 3.7 CPU-s
@@ -39,7 +40,11 @@ AXE_IN_FIRST_LANGUAGE_ONLY = {"api"}
 SITE_URL = mkdocs_settings()["site_url"]
 GITHUB_API = "https://api.github.com/repos/"  # Material's repository widget
 SEARCH_INDEX = "**/search/search_index.json"
-SEARCHES = {"zh": ("数据并行", "data-parallel/"), "ko": ("데이터 병렬화", "data-parallel/")}
+SEARCHES = {
+    "zh": ("数据并行", "data-parallel/"),
+    "ko": ("데이터 병렬화", "data-parallel/"),
+    "zh-hant": ("資料平行", "data-parallel/"),  # its own index, segmented as zh's is
+}
 
 
 def prefix(code: str) -> str:
@@ -165,9 +170,9 @@ def check_language_switcher(page, base_url: str, code: str, path: str) -> None:
     checks every switcher link of every page without a browser)."""
     target = LANGUAGES[(LANGUAGES.index(code) + 1) % len(LANGUAGES)]
     page.hover(".md-header__option .md-select")
-    page.click(f'.md-select__link[hreflang="{target}"]')
+    page.click(f'.md-select__link[hreflang="{TAGS[target]}"]')
     page.wait_for_url(base_url + prefix(target) + path)
-    assert page.evaluate("document.documentElement.lang") == target
+    assert page.evaluate("document.documentElement.lang") == TAGS[target]
 
 
 @pytest.mark.parametrize("code", sorted(SEARCHES))
@@ -260,7 +265,7 @@ def test_page_loads_cleanly_and_accessibly(page, base_url, site, code, kind):
         check_notebook_download(page)
     check_loaded_files(page, base_url, site, code, kind)
     check_search_index_waits_for_load(page)
-    assert page.evaluate("document.documentElement.lang") == code
+    assert page.evaluate("document.documentElement.lang") == TAGS[code]
     if kind not in AXE_IN_FIRST_LANGUAGE_ONLY or code == LANGUAGES[0]:
         # Every rule, with details of the violations only (twice as fast on the API page).
         results = Axe().run(page, options={"resultTypes": ["violations"]})

@@ -79,7 +79,7 @@ def test_every_language_is_built_with_its_own_lang(site):
     for code in LANGUAGES:
         built = pages(site, code)
         assert "" in built and "data-parallel/first-example/" in built, code
-        assert {page.lang for page in built.values()} == {code}
+        assert {page.lang for page in built.values()} == {LANGUAGES[code].tag}
 
 
 def test_languages_have_the_same_pages(site):
@@ -93,7 +93,8 @@ def test_search_engines_find_each_page_in_every_language(site):
     each with its absolute counterparts in every language (hreflang) and x-default (English);
     no page keeps the theme's hreflang links to each language's home page."""
     roots = {code: f"{SITE_URL}{'' if code == 'en' else code + '/'}" for code in LANGUAGES}
-    roots["x-default"] = roots["en"]
+    tags = {LANGUAGES[code].tag: root for code, root in roots.items()}
+    tags["x-default"] = roots["en"]
     for code in LANGUAGES:
         built = pages(site, code)
         for url, page in built.items():
@@ -109,15 +110,17 @@ def test_search_engines_find_each_page_in_every_language(site):
         assert set(entries) == {roots[code] + url for url in built}, code
         for loc, alternates in entries.items():
             url = loc.removeprefix(roots[code])
-            assert alternates == {lang: root + url for lang, root in roots.items()}, loc
+            assert alternates == {lang: root + url for lang, root in tags.items()}, loc
 
 
 def test_switcher_leads_to_the_same_page_in_each_language(site):
     for code in LANGUAGES:
         prefix = "" if code == "en" else f"{code}/"
         for url, page in pages(site, code).items():
-            assert set(page.switcher) == set(LANGUAGES), (code, url)
-            for target_code, href in page.switcher.items():
+            codes = {LANGUAGES[c].tag: c for c in LANGUAGES}
+            assert set(page.switcher) == set(codes), (code, url)
+            for target_tag, href in page.switcher.items():
+                target_code = codes[target_tag]
                 resolved = urljoin(f"http://site/{prefix}{url}", href)
                 target_prefix = "" if target_code == "en" else f"{target_code}/"
                 assert resolved == f"http://site/{target_prefix}{url}", (
@@ -324,7 +327,7 @@ def test_a_new_english_page_falls_back_with_a_notice_and_its_new_diagram_in_the_
         html = (tmp_path / "site" / code / "extra" / "index.html").read_text(encoding="utf-8")
         assert LANGUAGES[code].notice in html
         assert "Only in English" in html
-        assert f'lang="{code}"' in html
+        assert f'lang="{LANGUAGES[code].tag}"' in html
     english = (tmp_path / "site" / "extra" / "index.html").read_text(encoding="utf-8")
     assert "Only in English" in english and LANGUAGES["zh"].notice not in english
     # A diagram with no drawing yet is drawn by the Mermaid the site then keeps; math is MathML.

@@ -105,7 +105,8 @@ def test_mkdocs_serve_serves_every_language(tmp_path):
     try:
         pages = {}
         deadline = time.monotonic() + 120
-        for path, lang in [("ko/glossary/", "ko"), ("zh/glossary/", "zh"), ("glossary/", "en")]:
+        served = [("ko/glossary/", "ko"), ("zh/glossary/", "zh"), ("zh-hant/glossary/", "zh-TW")]
+        for path, lang in [*served, ("glossary/", "en")]:
             while True:
                 try:
                     with urllib.request.urlopen(

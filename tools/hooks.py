@@ -1,7 +1,7 @@
 """MkDocs hooks of the site: languages, English fallbacks, snippet notebooks, fast serving.
 
-Each part lives in a module of tools/sitetools/: codeblocks, diagrams, i18n, includes, mathml,
-notebooks, serving, status, stylesheets, templates.
+Each part lives in a module of tools/sitetools/: codeblocks, diagrams, hant, i18n, includes,
+mathml, notebooks, serving, status, stylesheets, templates.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from mkdocs.plugins import event_priority
 from sitetools import (
     codeblocks,
     diagrams,
+    hant,
     i18n,
     includes,
     mathml,
@@ -64,22 +65,29 @@ def on_env(env, config, files):
 
 def on_page_markdown(markdown, page, config, files):
     language = i18n.language_of(config)
-    problems = includes.check_includes(markdown, f"docs/{language.code}/{page.file.src_uri}")
+    where = f"docs/{language.docs_dir.name}/{page.file.src_uri}"
+    problems = includes.check_includes(markdown, where)
     if problems:
         raise PluginError("\n".join(problems))
     if status.MARKER in markdown:  # only the translation status page
         markdown = markdown.replace(status.MARKER, status.status_table(language))
+    markdown = hant.with_traditional_column(markdown)  # the glossary's 繁體中文 terms
     if getattr(page.file, "fallback", False):
-        return i18n.add_notice(markdown, language)
+        markdown = i18n.add_notice(markdown, language)
+    if language.converted_from:  # 繁體中文: the 简体中文 page, converted
+        markdown = hant.convert_markdown(markdown)
     return markdown
 
 
 def on_page_content(html, page, config, files):
-    where = f"docs/{i18n.language_of(config).code}/{page.file.src_uri}"
+    language = i18n.language_of(config)
+    where = f"docs/{language.docs_dir.name}/{page.file.src_uri}"
     try:
         html = mathml.with_mathml(html, where)
     except mathml.MathError as error:
         raise PluginError(str(error)) from None
+    if language.converted_from:  # diagrams are drawn from the 简体中文 text, labels and all
+        html = hant.convert_drawings(html)
     return codeblocks.excluded_from_search(html)
 
 

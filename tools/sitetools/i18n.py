@@ -2,7 +2,8 @@
 
 English is built from ``docs/en/`` by ``mkdocs.yml``; every other language of
 ``docs/languages.yml`` is its own MkDocs build of ``docs/<code>/`` into ``site/<code>/``,
-from the same configuration. Separate builds give each language its own search index
+from the same configuration. A language ``converted_from`` another has no folder: its build
+reads the other's pages and converts them (繁體中文, from 简体中文: :mod:`sitetools.hant`). Separate builds give each language its own search index
 (segmented with jieba for Chinese), Material's labels in that language, and every plugin
 (mkdocs-jupyter and mkdocstrings included) working in every language.
 """
@@ -52,10 +53,18 @@ class Language:
     labels: dict[str, str] = field(default_factory=dict)
     nav: dict[str, str] = field(default_factory=dict)
     pending: tuple[str, ...] = ()
+    converted_from: str = ""  # the language whose pages this one converts, if any
+    lang: str = ""  # its BCP 47 tag, where that is not its code: zh-TW
 
     @property
     def docs_dir(self) -> Path:
-        return DOCS / self.code
+        return DOCS / (self.converted_from or self.code)
+
+    @property
+    def tag(self) -> str:
+        """The language's tag: in ``lang`` and ``hreflang`` attributes, and Material's
+        language for its own interface texts."""
+        return self.lang or self.code
 
     @property
     def prefix(self) -> str:
@@ -75,6 +84,8 @@ def _load_languages(mtime_ns: int) -> dict[str, Language]:
     for code, settings in raw.items():
         settings = dict(settings)
         settings["pending"] = tuple(settings.get("pending") or ())
+        if source := settings.get("converted_from"):
+            settings = _converted(code, settings, languages.get(source))
         languages[code] = Language(code=code, **settings)
     if next(iter(languages), None) != SOURCE_LANGUAGE:
         raise ConfigurationError(
@@ -89,10 +100,31 @@ def _load_languages(mtime_ns: int) -> dict[str, Language]:
     return languages
 
 
+def _converted(code: str, settings: dict, source: Language | None) -> dict:
+    """The settings of a language converted from ``source``: its texts, converted."""
+    from sitetools import hant  # only a converted language needs OpenCC
+
+    if source is None or source.converted_from or source.code != "zh":
+        raise ConfigurationError(
+            f"{LANGUAGES_FILE}: '{code}' is converted_from {settings['converted_from']!r}, but "
+            f"only a language with its own pages listed before it can be converted, and only "
+            f"'zh' has a converter (sitetools.hant)."
+        )
+    return {
+        "site_name": hant.convert(source.site_name),
+        "notice": hant.convert(source.notice),
+        "labels": {key: hant.convert(text) for key, text in source.labels.items()},
+        "nav": {key: hant.convert(text) for key, text in source.nav.items()},
+        "pending": source.pending,
+        **settings,
+    }
+
+
 def language_of(config: MkDocsConfig) -> Language:
-    """The language a build is for, read from its docs_dir (docs/<code>)."""
+    """The language a build is for: the one ``_build`` names in ``extra``, or else the one
+    its docs_dir (docs/<code>) holds."""
     languages = load_languages()
-    code = Path(config.docs_dir).name
+    code = config.extra.get("language") or Path(config.docs_dir).name
     if Path(config.docs_dir).resolve().parent != DOCS or code not in languages:
         raise ConfigurationError(
             f"docs_dir {config.docs_dir} is not one of the language folders "
@@ -103,11 +135,11 @@ def language_of(config: MkDocsConfig) -> Language:
 
 def configure(config: MkDocsConfig, language: Language) -> None:
     """Adapt the shared configuration to one language (before any plugin reads it)."""
-    config.theme["language"] = language.code
+    config.theme["language"] = language.tag
     config.site_name = language.site_name or config.site_name
-    if config.edit_uri:
+    if config.edit_uri:  # a converted language's pages are edited in its source's folder
         config.edit_uri = config.edit_uri.replace(
-            f"docs/{SOURCE_LANGUAGE}/", f"docs/{language.code}/"
+            f"docs/{SOURCE_LANGUAGE}/", f"docs/{language.docs_dir.name}/"
         )
     config.nav = translate_nav(config.nav, language)
     english = load_languages()[SOURCE_LANGUAGE]
@@ -120,12 +152,12 @@ def hreflang_roots(site_url: str) -> list[dict[str, str]]:
     (``overrides/sitemap.xml``) give every page's counterparts in every language from them.
 
     >>> [r["lang"] for r in hreflang_roots("https://example.org/")]
-    ['en', 'zh', 'ko', 'x-default']
-    >>> hreflang_roots("https://example.org/")[1]["root"]
-    'https://example.org/zh/'
+    ['en', 'zh', 'ko', 'zh-TW', 'x-default']
+    >>> hreflang_roots("https://example.org/")[3]["root"]
+    'https://example.org/zh-hant/'
     """
     roots = [
-        {"lang": language.code, "root": f"{site_url}{language.prefix}"}
+        {"lang": language.tag, "root": f"{site_url}{language.prefix}"}
         for language in load_languages().values()
     ]
     return [*roots, {"lang": "x-default", "root": roots[0]["root"]}]
@@ -214,7 +246,7 @@ def alternates(page_url: str, current: Language) -> list[dict[str, str]]:
     return [
         {
             "name": language.name,
-            "lang": language.code,
+            "lang": language.tag,
             "link": f"{up}{language.prefix}",
             "href": f"{'../' * depth}{up}{language.prefix}{page_url}" or "./",
         }
@@ -228,7 +260,10 @@ def _inputs(language: Language) -> list[Path]:
     missing = [
         f for f in english.rglob("*") if not (language.docs_dir / f.relative_to(english)).exists()
     ]
-    return [REPO / p for p in SHARED_INPUTS] + [language.docs_dir, *missing]
+    from sitetools import hant
+
+    converting = [hant.TERMS_FILE] if language.converted_from else []
+    return [REPO / p for p in SHARED_INPUTS] + [language.docs_dir, *converting, *missing]
 
 
 _served_stamps: dict[str, tuple] = {}
@@ -263,5 +298,6 @@ def _build(config: MkDocsConfig, language: Language, site_dir: Path, dirty: bool
         site_dir=str(site_dir),
         site_url=f"{config.site_url or '/'}{language.prefix}",
         strict=config.strict,
+        extra={"language": language.code},
     )
     build(child, dirty=dirty)

@@ -68,7 +68,7 @@ def status_of(language: Language) -> list[PageStatus]:
             statuses.append(PageStatus(page, State.FALLBACK))
             continue
         english = changes.get(f"docs/{SOURCE_LANGUAGE}/{page}")
-        translation = changes.get(f"docs/{language.code}/{page}")
+        translation = changes.get(f"docs/{language.docs_dir.name}/{page}")
         statuses.append(PageStatus(page, compare(english, translation), english, translation))
     return statuses
 
@@ -84,7 +84,8 @@ def warnings() -> list[str]:
     """One line per page that a reader sees in English, or in an out-of-date translation."""
     lines = [] if has_history() else [f"no git history in {REPO}: out-of-date pages unknown"]
     for code, language in load_languages().items():
-        for status in status_of(language) if code != SOURCE_LANGUAGE else []:
+        written = code != SOURCE_LANGUAGE and not language.converted_from  # not twice
+        for status in status_of(language) if written else []:
             if status.state is State.FALLBACK:
                 lines.append(f"docs/{code}/{status.page}: not translated, shown in English")
             elif status.state is State.OUTDATED:
@@ -130,6 +131,10 @@ def title_of(language: Language, page: str) -> str:
         path = REPO / "docs" / SOURCE_LANGUAGE / page
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.startswith("# ") and (heading := HEADING.match(line)):
+            if language.converted_from:
+                from sitetools import hant  # only a converted language needs OpenCC
+
+                return hant.convert(heading["text"])
             return heading["text"]
     return page
 

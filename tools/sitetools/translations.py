@@ -127,4 +127,6 @@ def missing_heading_ids(path: Path) -> list[str]:
 
 
 def other_languages() -> list[Language]:
-    return [lang for code, lang in load_languages().items() if code != SOURCE_LANGUAGE]
+    """The languages translated from English by hand: not English, and not converted."""
+    languages = load_languages().items()
+    return [lang for code, lang in languages if code != SOURCE_LANGUAGE and not lang.converted_from]
