@@ -13,7 +13,7 @@ from urllib.parse import urljoin
 
 import nbformat
 import pytest
-from sitebuild import build, copy_project
+from sitebuild import SMALL_SNIPPET, build, copy_project
 from sitetools import REPO, mkdocs_settings
 from sitetools.codeblocks import put_back, set_aside
 from sitetools.i18n import load_languages
@@ -228,6 +228,23 @@ def test_every_page_type_loads_at_most_300_kb_compressed(site, code):
         weight = page_weight(site, page)
         biggest = sorted(((sent_size(f), f.name) for f in loaded_files(site, page)), reverse=True)
         assert weight <= BUDGET, f"{page}: {weight} B compressed; the biggest: {biggest[:4]}"
+
+
+def test_notebooks_export_as_nbconvert_would_without_its_soup():
+    """sitetools.nbhtml's export gives the page nbconvert's own gives, parsed (tabindex
+    and all): a new nbconvert that changes its export fails here."""
+    from bs4 import BeautifulSoup
+    from nbconvert import HTMLExporter
+    from sitetools import nbhtml
+
+    notebook = notebook_for(REPO / "snippets" / f"{SMALL_SNIPPET}.py")
+    notebook.cells.append(nbformat.v4.new_markdown_cell('<img src="a.png">'))
+    exporter = HTMLExporter(template_name="lab")
+    theirs, _ = nbhtml.ORIGINAL(exporter, notebook)
+    ours, _ = nbhtml.export_without_soup(exporter, notebook)
+    assert ours.count('tabindex="0"') == theirs.count('tabindex="0"') > 4
+    assert str(BeautifulSoup(ours, "html.parser")) == theirs
+    assert theirs.count("No description has been provided") == 1
 
 
 def test_a_notebook_page_links_its_stylesheets_at_the_end_of_its_head(tmp_path):

@@ -1,7 +1,7 @@
 """MkDocs hooks of the site: languages, English fallbacks, snippet notebooks, fast serving.
 
 Each part lives in a module of tools/sitetools/: codeblocks, diagrams, hant, i18n, includes,
-mathml, notebooks, serving, status, stylesheets, templates.
+mathml, nbhtml, notebooks, serving, status, stylesheets, templates.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from sitetools import (
     i18n,
     includes,
     mathml,
+    nbhtml,
     notebooks,
     serving,
     status,
@@ -28,6 +29,7 @@ def on_startup(command: str, dirty: bool) -> None:
     serving.state.serving = command == "serve"
     serving.state.dirty = dirty
     templates.cache_nbconvert_templates()
+    nbhtml.export_notebooks_without_soup()
 
 
 @event_priority(100)  # before the theme's search plugin reads the language

@@ -11,6 +11,9 @@ reads the other's pages and converts them (繁體中文, from 简体中文: :mod
 from __future__ import annotations
 
 import functools
+import multiprocessing
+import multiprocessing.connection
+import os
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -20,7 +23,7 @@ import yaml
 from mkdocs.commands.build import build
 from mkdocs.config import load_config
 from mkdocs.config.defaults import MkDocsConfig
-from mkdocs.exceptions import ConfigurationError
+from mkdocs.exceptions import Abort, ConfigurationError
 from mkdocs.structure.files import File, Files, InclusionLevel
 
 from sitetools import REPO
@@ -276,17 +279,49 @@ def build_other_languages(config: MkDocsConfig, state: ServeState) -> None:
     site directory, only when its inputs changed (dirty, under ``--dirty``), and copied
     into place.
     """
-    for language in list(load_languages().values())[1:]:
-        target = Path(config.site_dir) / language.code
-        if not state.serving:
-            _build(config, language, target, dirty=False)
-            continue
+    others = list(load_languages().values())[1:]
+    if not state.serving:
+        _build_side_by_side(config, others)
+        return
+    for language in others:
         cached = SERVE_CACHE / language.code
         current = stamp(_inputs(language))
         if _served_stamps.get(language.code) != current or not cached.is_dir():
             _build(config, language, cached, dirty=state.dirty and cached.is_dir())
             _served_stamps[language.code] = current
-        shutil.copytree(cached, target, dirs_exist_ok=True)
+        shutil.copytree(cached, Path(config.site_dir) / language.code, dirs_exist_ok=True)
+
+
+def _build_side_by_side(config: MkDocsConfig, languages: list[Language]) -> None:
+    """Build each language into ``<site_dir>/<code>/`` in a process of its own, as many at
+    a time as there are CPUs. Each is forked from this one, which has imported and set up
+    everything already (templates, jieba's dictionary). ``mkdocs serve`` builds in this
+    process instead: what a dirty rebuild remembers of the last one lives here."""
+    fork = multiprocessing.get_context("fork")
+    at_once = len(os.sched_getaffinity(0))
+    running: list[multiprocessing.process.BaseProcess] = []
+    failed: list[str] = []
+
+    def wait_for_one() -> None:
+        ended = multiprocessing.connection.wait([p.sentinel for p in running])
+        for process in [p for p in running if p.sentinel in ended]:
+            process.join()
+            running.remove(process)
+            if process.exitcode != 0:
+                failed.append(process.name)
+
+    for language in languages:
+        while len(running) >= at_once:
+            wait_for_one()
+        site_dir = Path(config.site_dir) / language.code
+        process = fork.Process(target=_build, args=(config, language, site_dir, False))
+        process.name = language.code
+        process.start()
+        running.append(process)
+    while running:
+        wait_for_one()
+    if failed:
+        raise Abort(f"the build of {', '.join(failed)} failed: its messages are above")
 
 
 def _build(config: MkDocsConfig, language: Language, site_dir: Path, dirty: bool) -> None:
