@@ -72,8 +72,16 @@ def _terms(mtime_ns: int) -> dict[str, str]:
 
 @functools.cache
 def _terms_pattern(mtime_ns: int) -> re.Pattern[str]:
-    words = sorted(_terms(mtime_ns), key=len, reverse=True)  # the longest wins
-    return re.compile("|".join(map(re.escape, words)) or r"(?!)")
+    """Every wrong form, the longest first (編譯後程序 wins over 程序), each unless it is
+    already part of its own right form (空集 in 空集合)."""
+    table = _terms(mtime_ns)
+    alternatives = []
+    for wrong in sorted(table, key=len, reverse=True):
+        before, _, after = table[wrong].partition(wrong) if wrong in table[wrong] else ("", "", "")
+        guard_before = f"(?<!{re.escape(before)})" if before else ""
+        guard_after = f"(?!{re.escape(after)})" if after else ""
+        alternatives.append(guard_before + re.escape(wrong) + guard_after)
+    return re.compile("|".join(alternatives) or r"(?!)")
 
 
 def convert(text: str) -> str:
@@ -82,9 +90,27 @@ def convert(text: str) -> str:
     >>> convert("每个设备保存一份参数")
     '每個裝置儲存一份參數'
     """
+    return with_terms(_opencc().convert(text))
+
+
+def wrong_forms(text: str) -> list[str]:
+    """The term table's wrong forms that ``text`` still holds (none, once converted).
+
+    >>> wrong_forms("每個程序的接續訓練")
+    ['程序']
+    """
+    return [found[0] for found in _terms_pattern(TERMS_FILE.stat().st_mtime_ns).finditer(text)]
+
+
+def with_terms(text: str) -> str:
+    """Traditional text with the term table's wrong forms replaced by its right ones.
+
+    >>> with_terms("把程序的指令碼和編譯後程序分開")
+    '把行程的腳本和編譯後程式分開'
+    """
     mtime_ns = TERMS_FILE.stat().st_mtime_ns
     table = _terms(mtime_ns)
-    return _terms_pattern(mtime_ns).sub(lambda m: table[m[0]], _opencc().convert(text))
+    return _terms_pattern(mtime_ns).sub(lambda found: table[found[0]], text)
 
 
 def convert_markdown(markdown: str) -> str:
@@ -165,4 +191,5 @@ def with_traditional_column(markdown: str) -> str:
 
 if __name__ == "__main__":
     for name in sys.argv[1:]:
-        print(convert_markdown(Path(name).read_text(encoding="utf-8")), end="")
+        page = with_traditional_column(Path(name).read_text(encoding="utf-8"))
+        print(convert_markdown(page), end="")
