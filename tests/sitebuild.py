@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from sitetools import REPO
+from sitetools import REPO, hant
 from sitetools.i18n import load_languages
 
 
@@ -98,7 +98,8 @@ SMALL_SNIPPET = "data_parallel/linear_regression"
 def copy_project(target: Path) -> Path:
     """A small copy of the site, to break on purpose: two pages and one snippet per language."""
     target.mkdir(parents=True, exist_ok=True)
-    for name in ["src", "tools", "overrides", "docs/languages.yml", "docs/zh-hant-terms.yml"]:
+    terms = hant.TERMS_FILE.relative_to(REPO)
+    for name in ["src", "tools", "overrides", "docs/languages.yml", str(terms)]:
         source = REPO / name
         if source.is_dir():
             shutil.copytree(source, target / name, ignore=shutil.ignore_patterns("__pycache__"))

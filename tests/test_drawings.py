@@ -10,10 +10,11 @@ from sitetools import REPO
 from sitetools.diagrams import diagrams_in, every_diagram, fence_format, stale, svg_path, title_of
 from sitetools.i18n import load_languages
 from sitetools.mathml import MathError, mathml, with_mathml
+from sitetools.translations import other_languages
 from sitetools.weight import PAGE_TYPES
 
 LANGUAGES = list(load_languages())
-WRITTEN = [code for code, language in load_languages().items() if not language.converted_from]
+WRITTEN = ["en", *(language.code for language in other_languages())]  # with pages of their own
 TUTORIAL = PAGE_TYPES["tutorial"] + "index.html"  # a diagram and math
 SCRIPTS = re.compile(r"<script[^>]*\bsrc=\"[^\"]*(mermaid|katex|mathjax)", re.I)
 

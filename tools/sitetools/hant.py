@@ -5,11 +5,12 @@ OpenCC's ``s2twp`` configuration (Simplified to Traditional, Taiwan's standard a
 phrases), then applies ``docs/zh-hant-terms.yml``: the words of this field that ``s2twp``
 gets wrong, such as 引數 for 参数 where the site means a parameter.
 
-Only prose (and code blocks' titles) is converted: fenced code blocks (Mermaid's included, whose drawings are found by
-their text), inline code, link targets and HTML tags pass through as they are, and so do
-the files a page includes (code and recorded output), which are read after conversion.
-Text marked ``lang="zh-Hans"`` stays Simplified (and ``"zh-Hant"``, converted already). Diagram labels are converted in the
-drawing (:func:`convert_drawings`).
+Only prose and code blocks' titles are converted: fenced code blocks (Mermaid's included,
+whose drawings are found by their text), inline code, link targets and HTML tags pass
+through as they are, and so do the files a page includes (code and recorded output), which
+are read after conversion. Text marked ``lang="zh-Hans"`` stays Simplified (and
+``"zh-Hant"``, converted already). Diagram labels are converted in the drawing
+(:func:`convert_drawings`).
 
 Command line (``PYTHONPATH=tools``)::
 
@@ -55,11 +56,17 @@ def _opencc() -> opencc.OpenCC:
 
 def terms() -> dict[str, str]:
     """The term table: what ``s2twp`` writes -> what this edition writes instead."""
-    return _terms(TERMS_FILE.stat().st_mtime_ns)
+    return _table()[0]
+
+
+def _table() -> tuple[dict[str, str], re.Pattern[str]]:
+    """The term table and the pattern of its wrong forms, read again when the file changes
+    (under ``make serve``)."""
+    return _read_table(TERMS_FILE.stat().st_mtime_ns)
 
 
 @functools.cache
-def _terms(mtime_ns: int) -> dict[str, str]:
+def _read_table(mtime_ns: int) -> tuple[dict[str, str], re.Pattern[str]]:
     table = yaml.safe_load(TERMS_FILE.read_text(encoding="utf-8")) or {}
     for wrong, right in table.items():
         if not isinstance(wrong, str) or not isinstance(right, str) or not wrong or wrong == right:
@@ -67,14 +74,12 @@ def _terms(mtime_ns: int) -> dict[str, str]:
                 f"{TERMS_FILE.relative_to(REPO)}: the entry {wrong!r}: {right!r} is not a pair of "
                 f"different words; write it as `what s2twp writes: what Taiwan writes`"
             )
-    return table
+    return table, _wrong_forms_pattern(table)
 
 
-@functools.cache
-def _terms_pattern(mtime_ns: int) -> re.Pattern[str]:
+def _wrong_forms_pattern(table: dict[str, str]) -> re.Pattern[str]:
     """Every wrong form, the longest first (編譯後程序 wins over 程序), each unless it is
     already part of its own right form (空集 in 空集合)."""
-    table = _terms(mtime_ns)
     alternatives = []
     for wrong in sorted(table, key=len, reverse=True):
         before, _, after = table[wrong].partition(wrong) if wrong in table[wrong] else ("", "", "")
@@ -99,7 +104,7 @@ def wrong_forms(text: str) -> list[str]:
     >>> wrong_forms("每個程序的接續訓練")
     ['程序']
     """
-    return [found[0] for found in _terms_pattern(TERMS_FILE.stat().st_mtime_ns).finditer(text)]
+    return [found[0] for found in _table()[1].finditer(text)]
 
 
 def with_terms(text: str) -> str:
@@ -108,9 +113,8 @@ def with_terms(text: str) -> str:
     >>> with_terms("把程序的指令碼和編譯後程序分開")
     '把行程的腳本和編譯後程式分開'
     """
-    mtime_ns = TERMS_FILE.stat().st_mtime_ns
-    table = _terms(mtime_ns)
-    return _terms_pattern(mtime_ns).sub(lambda found: table[found[0]], text)
+    table, pattern = _table()
+    return pattern.sub(lambda found: table[found[0]], text)
 
 
 def convert_markdown(markdown: str) -> str:

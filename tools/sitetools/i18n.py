@@ -2,10 +2,11 @@
 
 English is built from ``docs/en/`` by ``mkdocs.yml``; every other language of
 ``docs/languages.yml`` is its own MkDocs build of ``docs/<code>/`` into ``site/<code>/``,
-from the same configuration. A language ``converted_from`` another has no folder: its build
-reads the other's pages and converts them (繁體中文, from 简体中文: :mod:`sitetools.hant`). Separate builds give each language its own search index
+from the same configuration. Separate builds give each language its own search index
 (segmented with jieba for Chinese), Material's labels in that language, and every plugin
-(mkdocs-jupyter and mkdocstrings included) working in every language.
+(mkdocs-jupyter and mkdocstrings included) working in every language. A language
+``converted_from`` another has no folder: its build reads the other's pages and converts
+them (繁體中文 from 简体中文: :mod:`sitetools.hant`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.exceptions import Abort, ConfigurationError
 from mkdocs.structure.files import File, Files, InclusionLevel
 
-from sitetools import REPO
+from sitetools import REPO, hant
 from sitetools.serving import ServeState, stamp
 
 DOCS = REPO / "docs"
@@ -86,9 +87,9 @@ def _load_languages(mtime_ns: int) -> dict[str, Language]:
     languages = {}
     for code, settings in raw.items():
         settings = dict(settings)
-        settings["pending"] = tuple(settings.get("pending") or ())
         if source := settings.get("converted_from"):
             settings = _converted(code, settings, languages.get(source))
+        settings["pending"] = tuple(settings.get("pending") or ())
         languages[code] = Language(code=code, **settings)
     if next(iter(languages), None) != SOURCE_LANGUAGE:
         raise ConfigurationError(
@@ -105,8 +106,6 @@ def _load_languages(mtime_ns: int) -> dict[str, Language]:
 
 def _converted(code: str, settings: dict, source: Language | None) -> dict:
     """The settings of a language converted from ``source``: its texts, converted."""
-    from sitetools import hant  # only a converted language needs OpenCC
-
     if source is None or source.converted_from or source.code != "zh":
         raise ConfigurationError(
             f"{LANGUAGES_FILE}: '{code}' is converted_from {settings['converted_from']!r}, but "
@@ -263,8 +262,6 @@ def _inputs(language: Language) -> list[Path]:
     missing = [
         f for f in english.rglob("*") if not (language.docs_dir / f.relative_to(english)).exists()
     ]
-    from sitetools import hant
-
     converting = [hant.TERMS_FILE] if language.converted_from else []
     return [REPO / p for p in SHARED_INPUTS] + [language.docs_dir, *converting, *missing]
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 from mkdocs.structure.files import File
 
-from sitetools import REPO
+from sitetools import REPO, hant
 from sitetools.i18n import SOURCE_LANGUAGE, Language, load_languages
-from sitetools.translations import HEADING, english_pages
+from sitetools.translations import HEADING, english_pages, other_languages
 
 MARKER = "<!-- translation-status -->"
 # A commit whose message ends with "Translations: unaffected" changes English pages in a
@@ -83,9 +83,9 @@ def compare(english: Change | None, translation: Change | None) -> State:
 def warnings() -> list[str]:
     """One line per page that a reader sees in English, or in an out-of-date translation."""
     lines = [] if has_history() else [f"no git history in {REPO}: out-of-date pages unknown"]
-    for code, language in load_languages().items():
-        written = code != SOURCE_LANGUAGE and not language.converted_from  # not twice
-        for status in status_of(language) if written else []:
+    for language in other_languages():  # a converted language's pages are its source's
+        code = language.code
+        for status in status_of(language):
             if status.state is State.FALLBACK:
                 lines.append(f"docs/{code}/{status.page}: not translated, shown in English")
             elif status.state is State.OUTDATED:
@@ -131,11 +131,7 @@ def title_of(language: Language, page: str) -> str:
         path = REPO / "docs" / SOURCE_LANGUAGE / page
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.startswith("# ") and (heading := HEADING.match(line)):
-            if language.converted_from:
-                from sitetools import hant  # only a converted language needs OpenCC
-
-                return hant.convert(heading["text"])
-            return heading["text"]
+            return hant.convert(heading["text"]) if language.converted_from else heading["text"]
     return page
 
 
