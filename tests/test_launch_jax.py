@@ -24,7 +24,7 @@ from functools import partial
 from pathlib import Path
 
 import jax
-from test_launch import alive
+from test_launch import alive, launch, script
 
 from jaxpar.launch import EXIT_INTERRUPTED, EXIT_TIMEOUT
 
@@ -171,6 +171,23 @@ def check_failure(folder: Path, *, case: Case) -> None:
     assert survivors(folder) == []
 
 
+def check_never_connects(folder: Path) -> None:
+    """Rank 1 never joins: rank 0 gives up after --init-timeout, and the run fails."""
+    folder.mkdir()
+    job = script(
+        folder,
+        """
+        import os
+        if os.environ["JAXPAR_PROCESS_ID"] == "0":
+            from jaxpar.distributed import initialize_distributed
+            initialize_distributed()  # rank 1 never joins
+        """,
+    )
+    result = launch("--nproc", "2", "--devices-per-process", "1", "--init-timeout", "1", str(job))
+    assert result.returncode != 0
+    assert "rank 0 exited with status" in result.stdout
+
+
 def run_concurrently(checks: dict[str, Callable[[Path], None]], folder: Path) -> None:
     """Run independent checks at once, each in its own folder (their time is mostly
     waiting), then report every check that failed, by name."""
@@ -184,11 +201,12 @@ def run_concurrently(checks: dict[str, Callable[[Path], None]], folder: Path) ->
 
 
 def test_every_way_a_run_of_real_jax_ranks_ends(tmp_path):
-    """Every failure case, Ctrl-C and the launcher's timeout; and, at the same time (all
-    of them mostly wait), the same kind of run without the launcher, as on a cluster: see
-    ``check_without_launcher`` and ``check_exits_at_once``."""
+    """Every failure case, Ctrl-C, the launcher's timeout and a rank that never connects;
+    and, at the same time (all of them mostly wait), the same kind of run without the
+    launcher, as on a cluster: see ``check_without_launcher`` and ``check_exits_at_once``."""
     checks = {str(case): partial(check_failure, case=case) for case in CASES}
     checks |= {"Ctrl-C": check_ctrl_c, "--timeout": check_timeout}
+    checks["a rank that never connects"] = check_never_connects
     checks |= {
         f"without the launcher, {case[0]}": partial(check_without_launcher, case=case)
         for case in CLUSTER_CASES
