@@ -67,8 +67,7 @@ def on_env(env, config, files):
 
 def on_page_markdown(markdown, page, config, files):
     language = i18n.language_of(config)
-    where = f"docs/{language.docs_dir.name}/{page.file.src_uri}"
-    problems = includes.check_includes(markdown, where)
+    problems = includes.check_includes(markdown, language.source(page.file.src_uri))
     if problems:
         raise PluginError("\n".join(problems))
     if status.MARKER in markdown:  # only the translation status page
@@ -83,9 +82,8 @@ def on_page_markdown(markdown, page, config, files):
 
 def on_page_content(html, page, config, files):
     language = i18n.language_of(config)
-    where = f"docs/{language.docs_dir.name}/{page.file.src_uri}"
     try:
-        html = mathml.with_mathml(html, where)
+        html = mathml.with_mathml(html, language.source(page.file.src_uri))
     except mathml.MathError as error:
         raise PluginError(str(error)) from None
     if language.converted_from:  # diagrams are drawn from the 简体中文 text, labels and all

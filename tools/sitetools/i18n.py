@@ -64,6 +64,15 @@ class Language:
     def docs_dir(self) -> Path:
         return DOCS / (self.converted_from or self.code)
 
+    def source(self, page: str) -> str:
+        """Where a page of this language is written, from the repository's root: a
+        converted language's pages are its source's.
+
+        >>> load_languages()["zh-hant"].source("index.md")
+        'docs/zh/index.md'
+        """
+        return f"docs/{self.docs_dir.name}/{page}"
+
     @property
     def tag(self) -> str:
         """The language's tag: in ``lang`` and ``hreflang`` attributes, and Material's
@@ -140,9 +149,7 @@ def configure(config: MkDocsConfig, language: Language) -> None:
     config.theme["language"] = language.tag
     config.site_name = language.site_name or config.site_name
     if config.edit_uri:  # a converted language's pages are edited in its source's folder
-        config.edit_uri = config.edit_uri.replace(
-            f"docs/{SOURCE_LANGUAGE}/", f"docs/{language.docs_dir.name}/"
-        )
+        config.edit_uri = config.edit_uri.replace(f"docs/{SOURCE_LANGUAGE}/", language.source(""))
     config.nav = translate_nav(config.nav, language)
     english = load_languages()[SOURCE_LANGUAGE]
     config.extra["labels"] = {**english.labels, **language.labels}

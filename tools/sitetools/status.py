@@ -68,7 +68,7 @@ def status_of(language: Language) -> list[PageStatus]:
             statuses.append(PageStatus(page, State.FALLBACK))
             continue
         english = changes.get(f"docs/{SOURCE_LANGUAGE}/{page}")
-        translation = changes.get(f"docs/{language.docs_dir.name}/{page}")
+        translation = changes.get(language.source(page))
         statuses.append(PageStatus(page, compare(english, translation), english, translation))
     return statuses
 
