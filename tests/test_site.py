@@ -230,6 +230,26 @@ def test_every_page_type_loads_at_most_300_kb_compressed(site, code):
         assert weight <= BUDGET, f"{page}: {weight} B compressed; the biggest: {biggest[:4]}"
 
 
+@pytest.mark.parametrize("code", OTHERS)
+def test_every_language_is_styled_as_english_is(site, code):
+    """Each page type loads English's stylesheets, byte for byte, and none of them styles
+    by language: colours and font sizes are the same in every language (test_browser runs
+    axe-core's color-contrast rule in English only)."""
+    english, root = language_root(site, "en"), language_root(site, code)
+
+    def stylesheets(root: Path, page: Path) -> dict[Path, bytes]:
+        files = loaded_files(site, root / page)
+        return {f.relative_to(root): f.read_bytes() for f in files if f.suffix == ".css"}
+
+    for page in [Path(url) / "index.html" for url in PAGE_TYPES.values()] + [Path("404.html")]:
+        styles = stylesheets(root, page)
+        assert styles and styles == stylesheets(english, page), (
+            f"{code}/{page}: not English's stylesheets"
+        )
+        for name, text in styles.items():
+            assert not re.search(rb":lang\(|\[lang", text), f"{code}/{name} styles by language"
+
+
 def test_notebooks_export_as_nbconvert_would_without_its_soup():
     """sitetools.nbhtml's export gives the page nbconvert's own gives, parsed (tabindex
     and all): a new nbconvert that changes its export fails here."""
@@ -367,22 +387,20 @@ MISSING_INCLUDES = {
 }
 
 
-def test_missing_includes_fail_naming_page_and_path(tmp_path):
+def test_missing_includes_and_broken_anchors_fail_the_build_naming_page_and_path(tmp_path):
+    """Missing includes in one language and a broken anchor in another: one build (each
+    language is built by a process of its own) fails, naming every problem."""
     project = copy_project(tmp_path / "project")
     page = project / "docs" / "zh" / "glossary.md"
     blocks = "".join(f'\n```python\n--8<-- "{include}"\n```\n' for include in MISSING_INCLUDES)
     page.write_text(page.read_text(encoding="utf-8") + blocks, encoding="utf-8")
-    result = build(project, tmp_path / "site")
-    assert result.returncode != 0
-    for expected in MISSING_INCLUDES.values():
-        assert f"docs/zh/glossary.md {expected}" in result.stdout + result.stderr
-
-
-def test_broken_link_or_anchor_fails_the_build(tmp_path):
-    project = copy_project(tmp_path / "project")
     page = project / "docs" / "ko" / "glossary.md"
     page.write_text(page.read_text(encoding="utf-8") + "\n[a](glossary.md#no-such-anchor)\n")
     result = build(project, tmp_path / "site")
     assert result.returncode != 0
-    assert "no-such-anchor" in result.stdout + result.stderr
-    assert "glossary.md" in result.stdout + result.stderr
+    output = result.stdout + result.stderr
+    for expected in MISSING_INCLUDES.values():
+        assert f"docs/zh/glossary.md {expected}" in output
+    assert "a link 'glossary.md#no-such-anchor', but there is no such anchor" in output
+    failed = re.search(r"the build of (.+) failed", output)
+    assert failed and set(failed[1].split(", ")) == {"zh", "ko", "zh-hant"}, output
