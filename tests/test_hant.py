@@ -142,21 +142,17 @@ def test_the_status_page_lists_the_edition_with_the_status_of_zh():
     assert '<a href="../zh-hant/data-parallel/first-example/">用 pmap 實作資料平行' in ours
 
 
-def test_no_wrong_form_of_the_term_table_reaches_the_edition(site):
-    """Not in any page's prose, titles, navigation or table of contents included."""
+def test_no_wrong_form_nor_simplified_only_character_reaches_the_edition(site):
+    """Not in any page's prose, titles, navigation or table of contents included: no wrong
+    form of the term table, and no character that only Simplified Chinese writes."""
     pages = sorted(edition(site).rglob("*.html"))
     assert len(pages) > 40
     for page in pages:
-        found = hant.wrong_forms(prose(page))
+        text = prose(page)
+        found = hant.wrong_forms(text)
         assert not found, f"{page.relative_to(site)}: {found}"
-
-
-def test_the_edition_has_no_simplified_only_character_in_its_prose(site):
-    pages = sorted(edition(site).rglob("*.html"))
-    assert len(pages) > 40
-    for page in pages:
-        found = sorted({c for c in prose(page) if c in SIMPLIFIED_ONLY})
-        assert not found, f"{page.relative_to(site)}: {''.join(found)}"
+        simplified = sorted({c for c in text if c in SIMPLIFIED_ONLY})
+        assert not simplified, f"{page.relative_to(site)}: {''.join(simplified)}"
 
 
 def test_the_edition_shows_the_glossary_in_both_scripts(site):

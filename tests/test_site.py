@@ -7,7 +7,6 @@ import json
 import re
 import xml.etree.ElementTree as ET
 from html import unescape
-from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import urljoin
 
@@ -17,6 +16,7 @@ from sitebuild import SMALL_SNIPPET, build, copy_project
 from sitetools import REPO, mkdocs_settings
 from sitetools.codeblocks import put_back, set_aside
 from sitetools.i18n import load_languages
+from sitetools.links import start_tags
 from sitetools.notebooks import NOTEBOOK_ROOT, notebook_for
 from sitetools.snippets import discover, output_path, parse_cells, read_sections
 from sitetools.stylesheets import with_shared_stylesheet
@@ -35,30 +35,26 @@ def language_root(site: Path, code: str) -> Path:
     return site if code == "en" else site / code
 
 
-class Html(HTMLParser):
+class Html:
     """The bits of a built page the tests look at."""
 
     def __init__(self, text: str):
-        super().__init__()
         self.lang = ""
         self.switcher: dict[str, str] = {}
         self.heading_ids: list[str] = []
         self.canonical = ""
         self.hreflang: dict[str, str] = {}
-        self.feed(text)
-
-    def handle_starttag(self, tag, attrs):
-        attributes = dict(attrs)
-        if tag == "html":
-            self.lang = attributes.get("lang", "")
-        if tag == "a" and "md-select__link" in (attributes.get("class") or ""):
-            self.switcher[attributes["hreflang"]] = attributes["href"]
-        if re.fullmatch(r"h[2-6]", tag) and attributes.get("id"):
-            self.heading_ids.append(attributes["id"])
-        if tag == "link" and attributes.get("rel") == "canonical":
-            self.canonical = attributes["href"]
-        if tag == "link" and attributes.get("rel") == "alternate" and "hreflang" in attributes:
-            self.hreflang[attributes["hreflang"]] = attributes["href"]
+        for tag, attributes in start_tags(text, r"html|a|h[2-6]|link"):
+            if tag == "html":
+                self.lang = attributes.get("lang") or ""
+            if tag == "a" and "md-select__link" in (attributes.get("class") or ""):
+                self.switcher[attributes["hreflang"]] = attributes["href"]
+            if re.fullmatch(r"h[2-6]", tag) and attributes.get("id"):
+                self.heading_ids.append(attributes["id"])
+            if tag == "link" and attributes.get("rel") == "canonical":
+                self.canonical = attributes["href"]
+            if tag == "link" and attributes.get("rel") == "alternate" and "hreflang" in attributes:
+                self.hreflang[attributes["hreflang"]] = attributes["href"]
 
 
 @functools.cache  # parsed once per test process
