@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import html
-import itertools
 import re
 import sys
 from collections.abc import Iterator
@@ -53,6 +52,18 @@ def _start_tag(names: str) -> re.Pattern[str]:
     return re.compile(rf"<({names})({attributes})\s*/?>", re.I)
 
 
+def _outside_scripts_and_comments(pattern: re.Pattern[str], text: str) -> Iterator[re.Match]:
+    """Each match of a start tag's ``pattern`` in ``text``, that of a script or stylesheet
+    included, but none inside comments or the text of scripts and stylesheets."""
+    position = 0
+    for skipped in NOT_MARKUP.finditer(text):
+        yield from pattern.finditer(text, position, skipped.start())
+        if skipped[1] and (tag := pattern.match(skipped[0])):
+            yield tag
+        position = skipped.end()
+    yield from pattern.finditer(text, position)
+
+
 def start_tags(text: str, names: str = EVERY_TAG) -> Iterator[tuple[str, dict[str, str | None]]]:
     """Each start tag of an HTML page whose name matches ``names`` (a regular expression;
     any tag by default), with its attributes, in order: what HTMLParser's handle_starttag
@@ -65,16 +76,7 @@ def start_tags(text: str, names: str = EVERY_TAG) -> Iterator[tuple[str, dict[st
     >>> [tag for tag, _ in start_tags('<abbr><a id=x><h2 hidden>', r"a|h[2-6]")]
     ['a', 'h2']
     """
-    pattern = _start_tag(names)
-    position = 0
-    matches: list[Iterator[re.Match]] = []
-    for skipped in NOT_MARKUP.finditer(text):
-        matches.append(pattern.finditer(text, position, skipped.start()))
-        if skipped[1] and (tag := pattern.match(skipped[0])):
-            matches.append(iter([tag]))
-        position = skipped.end()
-    matches.append(pattern.finditer(text, position))
-    for match in itertools.chain.from_iterable(matches):
+    for match in _outside_scripts_and_comments(_start_tag(names), text):
         values: dict[str, str | None] = {}
         for attribute in ATTRIBUTE.finditer(match[2]):
             value = next((v for v in attribute.groups()[1:] if v is not None), None)
