@@ -38,7 +38,7 @@ PAGE_TYPES = WEIGHED_PAGE_TYPES | {"404": "no/such/page/"}  # and an unknown add
 # on it (0.7 s on the home page): it checks it in the first language, and the theme around
 # it, which is each language's own, on the other page types.
 AXE_IN_FIRST_LANGUAGE_ONLY = {"api"}
-# axe-core's color-contrast rule, 60 % of its time on these pages, compares each text's
+# axe-core's color-contrast rule, about 60 % of its time on these pages, compares each text's
 # colour and size with its background's: all of them come from the same stylesheets in
 # every language (test_site checks that), so it runs in the first language only.
 AXE_RULES_IN_FIRST_LANGUAGE_ONLY = ["color-contrast"]
@@ -281,7 +281,8 @@ def test_page_loads_cleanly_and_accessibly(page, base_url, site, code, kind):
     check_search_index_waits_for_load(page)
     assert page.evaluate("document.documentElement.lang") == TAGS[code]
     if kind not in AXE_IN_FIRST_LANGUAGE_ONLY or code == LANGUAGES[0]:
-        # Every rule, with details of the violations only (twice as fast on the API page).
+        # Every rule (color-contrast in the first language), with details of the violations
+        # only (twice as fast on the API page).
         options: dict = {"resultTypes": ["violations"]}
         if code != LANGUAGES[0]:
             options["rules"] = {
