@@ -63,6 +63,17 @@ def log(*words):
             file.write(line + "\n")
 
 
+def die_once_written(event: str, duration: float, **kwargs) -> None:
+    """--crash-in-save N: process 1 dies once its part of step N is written, before it tells
+    the other process so (Orbax reports that moment to jax.monitoring): step N stays in its
+    temporary folder however fast the background write is."""
+    unfinished = args.workdir / "checkpoints" / f"{args.crash_in_save}.orbax-checkpoint-tmp"
+    if event == "/jax/checkpoint/write/async/commit_duration_sec" and unfinished.exists():
+        os.kill(os.getpid(), signal.SIGKILL)  # as the out-of-memory killer would
+
+
+if args.crash_in_save is not None and process == 1:
+    jax.monitoring.register_event_duration_secs_listener(die_once_written)
 # --8<-- [end:setup]
 
 # %% data
@@ -239,8 +250,6 @@ with jax.set_mesh(mesh):
                 data=grain.checkpoint.CheckpointSave(batches),  # each process its position
             ),
         )
-        if step == args.crash_in_save and process == 1:
-            os.kill(os.getpid(), signal.SIGKILL)  # dies while the checkpoint is being written
 manager.wait_until_finished()  # the last save, written in the background, is complete
 # --8<-- [end:train]
 
