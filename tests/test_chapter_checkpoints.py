@@ -250,3 +250,17 @@ def test_grain_workers_need_parsed_flags_and_give_the_same_batches(tmp_path):
     assert "DataLoader without flags: UnparsedFlagAccessError" in result.stdout
     assert "iterators_in_use_states" in result.stdout  # each worker's position
     assert "with a worker, the same batches: True" in result.stdout
+
+
+def test_a_crash_in_a_step_that_is_not_saved_is_refused(tmp_path):
+    """Otherwise process 1 would wait for a save that never comes, and never crash."""
+    result = subprocess.run(
+        [sys.executable, "-m", "jaxpar.launch", "--nproc", "1", "--devices-per-process", "8",
+         str(SNIPPETS / "train.py"), "--workdir", str(tmp_path), "--crash-in-save", "5"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, **RUN_ENVIRONMENT},
+    )  # fmt: skip
+    assert result.returncode != 0
+    message = (
+        "--crash-in-save 5: no checkpoint is saved at that step; checkpoints are saved every 4"
+    )
+    assert message in result.stdout + result.stderr, result.stdout + result.stderr

@@ -47,6 +47,11 @@ parser.add_argument("--steps", type=int, default=12)
 parser.add_argument("--crash-in-step", type=int, help="process 1 dies in the middle of this step")
 parser.add_argument("--crash-in-save", type=int, help="process 1 dies while this step is saved")
 args = parser.parse_args()
+if args.crash_in_save is not None and args.crash_in_save % 4:  # FixedIntervalPolicy(4) below
+    parser.error(
+        f"--crash-in-save {args.crash_in_save}: no checkpoint is saved at that step; "
+        f"checkpoints are saved every 4 steps, so choose a multiple of 4"
+    )
 process, processes = jax.process_index(), jax.process_count()
 if args.workdir is None:  # a new folder, which every process must agree on: process 0's choice
     run = multihost_utils.broadcast_one_to_all(np.int32(os.getpid()))
