@@ -83,15 +83,16 @@ def compare(english: Change | None, translation: Change | None) -> State:
 def warnings() -> list[str]:
     """One line per page that a reader sees in English, or in an out-of-date translation."""
     lines = [] if has_history() else [f"no git history in {REPO}: out-of-date pages unknown"]
+    english = load_languages()[SOURCE_LANGUAGE]
     for language in other_languages():  # a converted language's pages are its source's
-        code = language.code
         for status in status_of(language):
+            page, source = language.source(status.page), english.source(status.page)
             if status.state is State.FALLBACK:
-                lines.append(f"docs/{code}/{status.page}: not translated, shown in English")
+                lines.append(f"{page}: not translated, shown in English")
             elif status.state is State.OUTDATED:
                 lines.append(
-                    f"docs/{code}/{status.page}: out of date: docs/{SOURCE_LANGUAGE}/{status.page} changed "
-                    f"{status.english} after the translation {status.translation}"
+                    f"{page}: out of date: {source} changed {status.english} after the "
+                    f"translation {status.translation}"
                 )
     return lines
 
