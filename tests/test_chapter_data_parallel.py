@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib.metadata
 import re
 
 import jax
@@ -214,3 +215,48 @@ def test_every_migration_row_agrees_with_pmap():
     assert "per-device shape: smap (1, 2)" in PMAP_MIGRATION["smap"]
     assert "out_axes=None -> out_specs=P(): 120.0 120.0 P()" in PMAP_MIGRATION["out_axes"]
     assert "w deleted: True" in PMAP_MIGRATION["training"]
+
+
+def migration_page(language: str) -> str:
+    return (REPO / "docs" / language / "data-parallel/migrating-from-pmap.md").read_text(
+        encoding="utf-8"
+    )
+
+
+def test_flax_unreplicate_reads_device_0_while_x0_lands_on_every_device():
+    """migrating-from-pmap.md#unreplicate and pmap-training.md: in the pinned Flax (the
+    0.12.12 the pages name), unreplicate returns device 0's shard, so its result stays on
+    device 0; x[0] puts its result on every device (its all-reduce is recorded in
+    pmap_in_depth.out and checked above)."""
+    recorded = PMAP_MIGRATION["unreplicate"]
+    assert "flax.jax_utils.unreplicate: on devices [0]\n" in recorded
+    assert "x[0]: on devices [0, 1, 2, 3, 4, 5, 6, 7]" in recorded
+    assert importlib.metadata.version("flax") == "0.12.12"
+    for language in ("en", "zh", "ko"):
+        assert "0.12.12" in migration_page(language)
+
+
+def test_random_keys_change_when_a_pmap_step_is_ported():
+    """migrating-from-pmap.md#random-keys: one broadcast key gives every device the same
+    mask under pmap; under jit one key over the sharded batch is the single-device draw;
+    fold_in(key, axis_index) gives each device its own mask inside shard_map."""
+    assert PMAP_MIGRATION["random_keys"].splitlines() == [
+        "pmap, one key: every device's mask identical: True",
+        "pmap, split keys: masks differ between devices: True",
+        "jit, one key: sharded draw == one device's draw: True",
+        "shard_map, fold_in: masks differ between devices: True",
+    ]
+
+
+def test_batch_norm_statistics_are_per_device_under_pmap_and_global_under_jit():
+    """migrating-from-pmap.md#batch-norm states the running means of device 0, device 7 and
+    the global batch, in every language."""
+    assert PMAP_MIGRATION["batch_norm"].splitlines() == [
+        "pmap, no axis_name: running mean on device 0 [1. 2.] on device 7 [29. 30.]",
+        "jit, sharded batch: running mean [15. 16.]",
+        "  outputs equal to pmap's: False",
+        "pmap with axis_name='i' == jit: True",
+    ]
+    for language in ("en", "zh", "ko"):
+        section = migration_page(language).split("{#batch-norm}")[1]
+        assert all(f"`{mean}`" in section for mean in ("[1. 2.]", "[29. 30.]", "[15. 16.]"))

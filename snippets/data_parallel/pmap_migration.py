@@ -11,8 +11,10 @@ import jax
 jax.config.update("jax_num_cpu_devices", 8)
 
 # %% setup
+import flax.jax_utils
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -50,11 +52,23 @@ print("sharded:", stacked.shape, stacked.sharding.spec, f"{last.device} holds", 
 
 # %% unreplicate
 # --8<-- [start:unreplicate]
-# Old: flax.jax_utils.unreplicate(tree) or x[0] on a (n, ...) stack of copies, which
-# today is a collective across devices. Read the copy that device 0 already holds instead.
+# Old: flax.jax_utils.unreplicate(tree) or x[0] on a (n, ...) stack of copies.
 stack_of_copies = jax.pmap(lambda v: v * 2)(np.stack([np.arange(3.0)] * n))
 one_copy = stack_of_copies.addressable_shards[0].data[0]  # device 0's copy, no gather
 print("unreplicated:", one_copy)
+
+
+def device_ids(array):
+    return sorted(device.id for device in array.devices())
+
+
+# Flax's unreplicate (since 0.12.4) reads device 0's shard too: its result stays there.
+# x[0] is a computation over the whole stack instead, and its result is on every device.
+print(
+    "flax.jax_utils.unreplicate: on devices",
+    device_ids(flax.jax_utils.unreplicate(stack_of_copies)),
+)
+print("x[0]: on devices", device_ids(stack_of_copies[0]))
 # With NamedSharding there is nothing to undo: the replicated array *is* the value.
 print("replicated array as is:", replicated * 2)
 # --8<-- [end:unreplicate]
@@ -180,3 +194,83 @@ print(
     new_w.sharding.is_fully_replicated,
 )
 # --8<-- [end:training]
+
+
+# %% random_keys
+# --8<-- [start:random_keys]
+def dropout(key, v):  # keeps each entry with probability 1/2
+    return jnp.where(jax.random.bernoulli(key, 0.5, v.shape), 2 * v, 0.0)
+
+
+key = jax.random.key(0)
+ones = np.ones((2 * n, 4), np.float32)  # a batch of 2 rows per device
+# Old, a latent bug: one key broadcast to every device draws the same mask on each.
+same = jax.pmap(dropout, in_axes=(None, 0))(key, ones.reshape(n, 2, 4))
+print(
+    "pmap, one key: every device's mask identical:", all(np.array_equal(same[0], m) for m in same)
+)
+# Old, right: one key per device, split on the host.
+split = jax.pmap(dropout)(jax.random.split(key, n), ones.reshape(n, 2, 4))
+print("pmap, split keys: masks differ between devices:", len({m.tobytes() for m in split}) == n)
+# New: one key under jax.jit. The sharded draw is the one a single device makes for the
+# whole batch, so the result does not depend on the number of devices.
+batch = jax.device_put(ones, NamedSharding(mesh, P("i")))
+with jax.set_mesh(mesh):
+    sharded = jax.jit(dropout)(key, batch)
+print(
+    "jit, one key: sharded draw == one device's draw:", np.array_equal(sharded, dropout(key, ones))
+)
+
+
+# Inside shard_map the pmap rule still holds: fold the device's index into the key.
+def per_device_dropout(key, v):
+    return dropout(jax.random.fold_in(key, jax.lax.axis_index("i")), v)
+
+
+with jax.set_mesh(mesh):
+    folded = jax.jit(
+        jax.shard_map(per_device_dropout, mesh=mesh, in_specs=(P(), P("i")), out_specs=P("i"))
+    )(key, batch)
+blocks = np.asarray(folded).reshape(n, 2, 4)
+print("shard_map, fold_in: masks differ between devices:", len({b.tobytes() for b in blocks}) == n)
+# --8<-- [end:random_keys]
+
+
+# %% batch_norm
+# --8<-- [start:batch_norm]
+# momentum=0.0: the running mean is the mean of the last batch, easy to read.
+def batch_norm_step(axis_name=None):
+    graph, state = nnx.split(nnx.BatchNorm(2, momentum=0.0, axis_name=axis_name, rngs=nnx.Rngs(0)))
+
+    def step(state, v):
+        model = nnx.merge(graph, state)
+        return model(v), nnx.state(model)  # normalised batch, updated statistics
+
+    return step, state
+
+
+rows = np.arange(4.0 * n, dtype=np.float32).reshape(2 * n, 2)  # 2 rows per device
+step, state = batch_norm_step()
+# Old, without axis_name: each device normalises with its own rows' statistics and keeps
+# its own running mean, so the "copies" of the model differ.
+old_out, old_state = jax.pmap(step, in_axes=(None, 0))(state, rows.reshape(n, 2, 2))
+print(
+    "pmap, no axis_name: running mean on device 0",
+    old_state["mean"][...][0],
+    f"on device {n - 1}",
+    old_state["mean"][...][n - 1],
+)
+# New: the same module under jax.jit on a sharded batch uses the global batch's statistics.
+with jax.set_mesh(mesh):
+    new_out, new_state = jax.jit(step)(state, jax.device_put(rows, NamedSharding(mesh, P("i"))))
+print("jit, sharded batch: running mean", new_state["mean"][...])
+print("  outputs equal to pmap's:", np.allclose(np.asarray(old_out).reshape(-1, 2), new_out))
+# Old, with axis_name="i": statistics averaged over devices, as the jit version computes.
+synced, synced_state = batch_norm_step(axis_name="i")
+synced_out, _ = jax.pmap(synced, in_axes=(None, 0), axis_name="i")(
+    synced_state, rows.reshape(n, 2, 2)
+)
+print(
+    "pmap with axis_name='i' == jit:", np.allclose(np.asarray(synced_out).reshape(-1, 2), new_out)
+)
+# --8<-- [end:batch_norm]
