@@ -20,8 +20,10 @@ from sitetools.snippets import (
     parse_cells,
     run,
     run_on_fewer_devices,
+    tolerances,
     uses_devices,
 )
+from sitetools.tolerances import differences
 
 SNIPPETS = discover()
 
@@ -79,7 +81,8 @@ def test_snippet_output_matches_recording(snippet: Path):
     rerecord = f"re-record with: {RECORD_COMMAND} SNIPPETS={name}"
     assert recorded.exists(), f"{recorded.relative_to(REPO)} is missing; {rerecord}"
     expected = recorded.read_text(encoding="utf-8")
-    if result.stdout != expected:
+    problems = differences(expected, result.stdout, tolerances(snippet))
+    if problems:
         diff = "".join(
             difflib.unified_diff(
                 expected.splitlines(keepends=True),
@@ -88,7 +91,10 @@ def test_snippet_output_matches_recording(snippet: Path):
                 tofile=f"{name} (this run)",
             )
         )
-        pytest.fail(f"the output of {name} changed:\n{diff}\nIf the change is intended, {rerecord}")
+        pytest.fail(
+            f"the output of {name} changed ({'; '.join(problems)}):\n{diff}\n"
+            f"If the change is intended, {rerecord}"
+        )
 
 
 @pytest.mark.parametrize("snippet", SNIPPETS, ids=IDS)
@@ -107,6 +113,7 @@ def test_snippet_follows_conventions(snippet: Path):
     teaches_jaxpar = launched or "jaxpar" in ast.get_docstring(tree).splitlines()[0]
     allowed = ALLOWED_IMPORTS | ({"jaxpar"} if teaches_jaxpar else set())
     parse_cells(snippet)  # raises on unnamed or duplicate cells
+    tolerances(snippet)  # raises on a tolerance line that names no cell or no number
     for node in ast.walk(tree):
         names = []
         if isinstance(node, ast.Import):

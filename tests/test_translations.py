@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 from sitetools import REPO, glosses
 from sitetools.i18n import Language
-from sitetools.translations import missing_heading_ids, other_languages, problems, shape_of
+from sitetools.translations import (
+    missing_heading_ids,
+    number_problems,
+    other_languages,
+    problems,
+    shape_of,
+    stated_numbers,
+)
 
 
 @pytest.mark.parametrize("language", other_languages(), ids=lambda lang: lang.code)
@@ -68,3 +75,30 @@ def test_gloss_finder_sees_full_and_half_width_glosses_but_not_code(tmp_path, mo
         (3, "weakly typed", "prose"),
         (5, "collective", "table"),
     ]
+
+
+def test_a_number_changed_in_english_only_is_named_with_its_page():
+    english = "Device 0 holds 19,280 bytes, 1 in 10 (0.0986) of `1e-5`.\n"
+    korean = "디바이스 0은 19,280바이트, 곧 10분의 1(0.0986)을 `1e-5`로 갖습니다.\n"
+    chinese = "设备 0 持有19,280字节，约十分之一（0.0986），`1e-5`。\n"
+    assert number_problems(english, korean, "docs/ko/p.md") == []
+    assert number_problems(english, chinese, "docs/zh/p.md") == [
+        "docs/zh/p.md: its prose states 10 0 time(s), English's 1; "
+        "say the numbers that docs/en says"
+    ]
+    newer = english.replace("19,280", "9,680")
+    assert [
+        p.split(": its prose states ")[1][:16] for p in number_problems(newer, korean, "k")
+    ] == [
+        "19280 1 time(s),",
+        "9680 0 time(s), ",
+    ]
+
+
+def test_numbers_in_code_links_ids_and_single_digits_are_not_stated_numbers():
+    page = (
+        "# Title {#step-12}\n\nTwo (2) steps, [see](a.md#fig-42), bf16, x86, "
+        "<img width=300>.\n\n```python\nprint(123)\n```\n"
+        '--8<-- "snippets/a.out:cell"\n'
+    )
+    assert stated_numbers(page) == {}

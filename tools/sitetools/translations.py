@@ -2,12 +2,14 @@
 
 A translated page must show the same things as its English original: the same heading
 ids in the same order, the same includes, the same code blocks and the same links. Only
-prose, and the labels of Mermaid diagrams, are translated.
+prose, and the labels of Mermaid diagrams, are translated. Its prose must also state the
+same numbers, as often, so that an English change cannot leave a stale number behind.
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +21,17 @@ HEADING = re.compile(r"^(#{1,6})\s+(?P<text>.*?)\s*(?:\{#(?P<id>[-\w]+)\})?\s*$"
 FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
 OUTPUT_TITLE = re.compile(r'\s*title="[^"]*"')
+# What prose holds besides the numbers it states: link targets, heading ids and attribute
+# lists, HTML tags, addresses and footnote names.
+NOT_STATED = re.compile(r"\]\([^)]*\)|\{[#:.][^}]*\}|<[^>]+>|https?://\S+|\[\^[^\]]+\]")
+# A stated number: 19,280, 0.0986, 1e-5 or 25. Single digits are left out, since a
+# language may write them as words (two, 两, 두) where another writes the digit. Korean
+# and Chinese may put a letter right after a number (19,280바이트, 约19), English may not.
+NUMBER = re.compile(
+    r"(?<![A-Za-z0-9_.])"  # not inside a name (bf16); Korean and Chinese may touch it
+    r"(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+\.\d+(?:e[-+]?\d+)?|\d+e[-+]?\d+|\d{2,})"
+    r"(?![A-Za-z0-9_])"
+)
 
 
 @dataclass(frozen=True)
@@ -63,6 +76,45 @@ def shape_of(markdown: str) -> PageShape:
     )
 
 
+def prose_lines(markdown: str) -> list[str]:
+    """The lines of a page outside code blocks and include lines."""
+    lines, fence = [], None
+    for line in markdown.splitlines():
+        match = FENCE.match(line)
+        if fence is None and match:
+            fence = match["fence"]
+        elif fence is not None:
+            fence = None if line.strip() == fence else fence
+        elif not INCLUDE_LINE.match(line):
+            lines.append(line)
+    return lines
+
+
+def stated_numbers(markdown: str) -> Counter[str]:
+    """How often the prose of a page states each number of two or more digits, without
+    thousands separators.
+
+    >>> stated_numbers("Device 0 holds 19,280 bytes, 1 in 10 ([x](a.md#b2)).\\n```\\n42\\n```")
+    Counter({'19280': 1, '10': 1})
+    """
+    found: Counter[str] = Counter()
+    for line in prose_lines(markdown):
+        found.update(n.replace(",", "") for n in NUMBER.findall(NOT_STATED.sub(" ", line)))
+    return found
+
+
+def number_problems(english: str, translated: str, where: str) -> list[str]:
+    """Each number that the prose of ``translated`` states another number of times than
+    ``english`` does, named with the page ``where`` it is."""
+    ours, theirs = stated_numbers(translated), stated_numbers(english)
+    return [
+        f"{where}: its prose states {number} {ours[number]} time(s), English's "
+        f"{theirs[number]}; say the numbers that docs/en says"
+        for number in sorted(ours | theirs)
+        if ours[number] != theirs[number]
+    ]
+
+
 def english_pages() -> list[str]:
     root = REPO / "docs" / SOURCE_LANGUAGE
     return sorted(p.relative_to(root).as_posix() for p in root.rglob("*.md"))
@@ -86,8 +138,10 @@ def problems(language: Language) -> list[str]:
             found.append(
                 f"docs/{language.code}/{page} exists but is still listed as pending; remove it from 'pending'"
             )
-        ours = shape_of(translated.read_text(encoding="utf-8"))
-        theirs = shape_of((english_root / page).read_text(encoding="utf-8"))
+        ours_text = translated.read_text(encoding="utf-8")
+        theirs_text = (english_root / page).read_text(encoding="utf-8")
+        found += number_problems(theirs_text, ours_text, f"docs/{language.code}/{page}")
+        ours, theirs = shape_of(ours_text), shape_of(theirs_text)
         for field in ("heading_ids", "includes", "code_blocks", "links"):
             if getattr(ours, field) != getattr(theirs, field):
                 found.append(
