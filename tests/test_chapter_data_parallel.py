@@ -65,11 +65,30 @@ def test_pmap_accuracy_is_the_single_device_accuracy():
 
 def test_one_hot_labels_cost_temporaries_that_integer_labels_do_not():
     """modern.md: on XLA:CPU, the loss and its gradient over 256 x 32,768 logits plan 0 MiB
-    of temporaries with integer labels and 64 MiB (twice the logits) with one_hot."""
+    of temporaries with integer labels and 64 MiB (twice the logits) with one_hot; the page
+    says the 64 MiB is XLA:CPU's plan."""
     temporaries = dict(
         re.findall(r"^(\w+): (\d+) MiB of temporaries \(XLA:CPU\)$", RECORDED["one_hot_cost"], re.M)
     )
     assert temporaries == {"integer_labels": "0", "one_hot_labels": "64"}
+
+
+def test_over_a_vocabulary_split_integer_labels_fail_and_one_hot_works():
+    """modern.md#vocabulary-sharded: under jax.set_mesh, the integer-label loss over logits
+    split along "model" raises (a gather); one_hot gives the single-device loss, a gradient
+    sharded like the logits, and on XLA:CPU all-reduces of 8 floats per device (one per
+    example) over "model" and of the loss over "data", with no all-gather."""
+    lines = RECORDED["vocabulary_sharded"].splitlines()
+    reference = re.fullmatch(r"one device, integer labels: loss ([\d.]+)", lines[0])[1]
+    assert lines[1].startswith("integer_labels: ShardingTypeError: Use `.at[...].get(")
+    assert "gather" in RECORDED["vocabulary_sharded"]
+    one_hot = next(line for line in lines if line.startswith("one_hot_labels:"))
+    assert one_hot == f"one_hot_labels: loss {reference}, gradient float32[16@data,1024@model]"
+    reduces = re.findall(r"all-reduce over '(\w+)' of (.*) \(XLA:CPU\)", "\n".join(lines))
+    assert {axis for axis, _ in reduces} == {"model", "data"}
+    assert all(re.fullmatch(r"\(?f32\[8\](, f32\[8\])*\)?", o) for a, o in reduces if a == "model")
+    assert [o for a, o in reduces if a == "data"] == ["f32[]"]
+    assert "  all-gather ops: 0" in lines
 
 
 def test_a_contraction_sharded_on_both_sides_needs_out_sharding_under_the_mesh():

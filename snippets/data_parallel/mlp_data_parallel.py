@@ -4,7 +4,9 @@ The same model (a two-layer MLP on scikit-learn's 8x8 digits), the same optimize
 (Optax SGD with momentum) and the same 40 steps of 256 examples, trained on one device,
 with `jax.pmap`, with `jax.jit` and a batch sharded by `NamedSharding` (under
 `jax.set_mesh`), and with `jax.shard_map`. It also shows the error that the jit step
-raises outside `jax.set_mesh`, the temporary memory a one_hot loss costs, a contraction
+raises outside `jax.set_mesh`, the temporary memory a one_hot loss costs on XLA:CPU, the
+loss over logits split along the vocabulary (where integer labels fail and one_hot
+works), a contraction
 that needs `out_sharding=` even under the mesh, the naive shard_map port whose gradients
 are 8x too large, and the all-reduce that XLA inserts into the jit version. It uses all
 `jax.device_count()` devices: 8 simulated CPU devices here, or the machine's accelerators
@@ -230,7 +232,8 @@ def integer_labels(logits, labels):
 
 
 def one_hot_labels(logits, labels):
-    return optax.softmax_cross_entropy(logits, jax.nn.one_hot(labels, VOCABULARY)).mean()
+    one_hot = jax.nn.one_hot(labels, logits.shape[-1])
+    return optax.softmax_cross_entropy(logits, one_hot).mean()
 
 
 backend = f"XLA:{jax.default_backend().upper()}"  # where this is compiled
@@ -240,6 +243,42 @@ for cross_entropy in (integer_labels, one_hot_labels):
     temporaries = memory.temp_size_in_bytes / 2**20
     print(f"{cross_entropy.__name__}: {temporaries:.0f} MiB of temporaries ({backend})")
 # --8<-- [end:one_hot_cost]
+
+# %% vocabulary_sharded
+# --8<-- [start:vocabulary_sharded]
+# Logits split along the vocabulary, as a tensor-parallel output layer leaves them: the
+# batch along "data", the vocabulary along "model" (2 x 4 on 8 devices).
+model_size = 4 if n_devices % 4 == 0 else 1
+grid = jax.make_mesh(
+    (n_devices // model_size, model_size), ("data", "model"), axis_types=(AxisType.Explicit,) * 2
+)
+rng = np.random.default_rng(1)
+host_logits = rng.normal(size=(16, 1024)).astype(np.float32)
+host_labels = rng.integers(0, 1024, size=16).astype(np.int32)
+print(f"one device, integer labels: loss {integer_labels(host_logits, host_labels):.4f}")
+logits = jax.device_put(host_logits, NamedSharding(grid, P("data", "model")))
+targets = jax.device_put(host_labels, NamedSharding(grid, P("data")))
+with jax.set_mesh(grid):  # under the mesh, and still:
+    for cross_entropy in (integer_labels, one_hot_labels):
+        with_gradient = jax.jit(jax.value_and_grad(cross_entropy))
+        try:
+            loss, gradient = with_gradient(logits, targets)
+        except Exception as error:
+            first_line = f"{cross_entropy.__name__}: {type(error).__name__}: {error}"
+            print(textwrap.fill(first_line.splitlines()[0], 88, subsequent_indent="  "))
+            continue
+        print(f"{cross_entropy.__name__}: loss {loss:.4f}, gradient {jax.typeof(gradient)}")
+        hlo = with_gradient.lower(logits, targets).compile().as_text()
+        for operands, groups in re.findall(
+            r"= (.*) all-reduce(?:-start)?\(.*replica_groups=mesh\[[^]]*\] \{'(\w+)'\}", hlo
+        ):
+            print(
+                f"  all-reduce over {groups!r} of",
+                re.sub(r"\{[\d,]*\}", "", operands),
+                f"({backend})",
+            )
+        print("  all-gather ops:", len(re.findall(r" all-gather(?:-start)?\(", hlo)))
+# --8<-- [end:vocabulary_sharded]
 
 # %% out_sharding
 # --8<-- [start:out_sharding]
