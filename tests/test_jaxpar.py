@@ -240,7 +240,16 @@ class TestSeveralProcesses:
             "w = replicate(np.full(2, 7.0), mesh)\n"
             "if jax.process_index() == 0:\n"
             "    print(data.shape, whole[0].tolist(), whole[1].tolist())\n"
-            "    print(w.is_fully_replicated, jax.device_get(w).tolist())\n",
+            "    print(w.is_fully_replicated, jax.device_get(w).tolist())\n"
+            "# Values that differ between processes, as with torch.manual_seed(seed + rank):\n"
+            "for bad in ({'b': np.zeros(2), 'w': np.full((3, 2), jax.process_index())},\n"
+            "            {'b': np.zeros(2)} if jax.process_index() else {'b': np.zeros(3)},\n"
+            "            {'b': np.zeros(2), 'c': 1} if jax.process_index() else {'b': np.zeros(2)},\n"
+            "            {'w': data}):\n"
+            "    try:\n"
+            "        replicate(bad, mesh)\n"
+            "    except ValueError as error:\n"
+            "        print('refused:', error)\n",
             encoding="utf-8",
         )
         done = subprocess.run(
@@ -256,6 +265,24 @@ class TestSeveralProcesses:
             "[1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0]"
         ) in done.stdout
         assert "[rank 0] True [7.0, 7.0]" in done.stdout
+        # Differing values name the leaf, its type, the processes and the fix, on both ranks.
+        for rank in (0, 1):
+            refused = [
+                line
+                for line in done.stdout.splitlines()
+                if line.startswith(f"[rank {rank}] refused:")
+            ]
+            assert len(refused) == 4, done.stdout
+            values, shape, structure, spanning = refused
+            assert (
+                f"replicate got different values for ['w'] (int64[3, 2] on process {rank}) on "
+                "different processes: "
+                "processes [1] pass other values than process 0."
+            ) in values
+            assert "multihost_utils.broadcast_one_to_all(tree)" in values
+            assert f"different values for ['b'] (float64[{3 - rank}] on process {rank})" in shape
+            assert "trees of different structures: processes [1]" in structure
+            assert "global array at ['w']" in spanning and "out_shardings=" in spanning
 
 
 def test_every_public_name_loads_and_the_launcher_needs_no_jax():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Literal, NamedTuple
 
 import jax
@@ -171,10 +172,16 @@ def replicate(tree: PyTree, mesh: jax.sharding.Mesh) -> PyTree:
     With several processes (``jax.process_count() > 1``), every process calls
     ``replicate`` with the same values, for example parameters that each process creates
     from the same seed, and each puts them on its own devices of the mesh
-    (``jax.make_array_from_process_local_data``). Nothing checks that the values agree:
-    processes that pass different values train different models. State that is sharded
-    rather than replicated is created sharded instead, each process computing only its
-    shards (``jax.jit`` with ``out_shardings``).
+    (``jax.make_array_from_process_local_data``). JAX does not broadcast process 0's
+    values, as PyTorch's DDP does when it wraps a model, so ``replicate`` checks that
+    they agree, as ``jax.device_put`` does: it compares a hash of every leaf across
+    the processes (one small all-gather; ``jax.device_put`` gathers the values
+    themselves), and raises a ``ValueError`` naming the first leaf that differs, instead of
+    letting each process compute with its own copy of a "replicated" array. The check
+    needs a mesh that spans every process, as each process must take part in it; with a
+    mesh of only some of the processes, nothing is checked. State that is sharded rather
+    than replicated is created sharded instead, each process computing only its shards
+    (``jax.jit`` with ``out_shardings``).
 
     Args:
         tree: an array, or a pytree of arrays and scalars.
@@ -182,6 +189,11 @@ def replicate(tree: PyTree, mesh: jax.sharding.Mesh) -> PyTree:
 
     Returns:
         The same pytree, every leaf a ``jax.Array`` replicated over ``mesh``.
+
+    Raises:
+        ValueError: with several processes, the processes passed trees of different
+            structures or different values, or a leaf is already a global array that
+            spans several processes.
 
     Examples:
         ```python
@@ -196,11 +208,81 @@ def replicate(tree: PyTree, mesh: jax.sharding.Mesh) -> PyTree:
         #> (3, 2) True
         ```
     """
-    leaves, treedef = jax.tree.flatten(tree)
-    leaves = [leaf if hasattr(leaf, "shape") else np.asarray(leaf) for leaf in leaves]
+    with_paths, treedef = jax.tree_util.tree_flatten_with_path(tree)
+    leaves = [leaf if hasattr(leaf, "shape") else np.asarray(leaf) for _, leaf in with_paths]
+    processes = {device.process_index for device in mesh.devices.flat}
+    if jax.process_count() > 1 and len(processes) == jax.process_count():
+        paths = [jax.tree_util.keystr(path) or "the value" for path, _ in with_paths]
+        _check_same_on_every_process(paths, leaves, treedef)
     # A replicated leaf's share is all of it. In one process this is jax.device_put.
     replicated = jax.make_array_from_process_local_data(NamedSharding(mesh, P()), leaves)
     return jax.tree.unflatten(treedef, replicated)
+
+
+_SAME_VALUES_FIX = (
+    "Create replicated values identically on every process (the same seed, the same "
+    "data), or pass process 0's values to all first: "
+    "jax.experimental.multihost_utils.broadcast_one_to_all(tree)."
+)
+
+
+def _digest(*parts: bytes) -> np.ndarray:
+    """Four uint32 words that identify ``parts``."""
+    hashed = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        hashed.update(part)
+    return np.frombuffer(hashed.digest(), dtype=np.uint32)
+
+
+def _leaf_digest(path: str, leaf: Any) -> np.ndarray:
+    """A digest of a leaf's dtype, shape and values, as this process holds it."""
+    if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
+        raise ValueError(
+            f"replicate got a global array at {path} ({jax.typeof(leaf)}, sharding "
+            f"{leaf.sharding.spec}) that spans several processes, but takes values that each "
+            f"process holds whole. To replicate a global array, reshard it instead: "
+            f"jax.jit(lambda x: x, out_shardings=NamedSharding(mesh, P()))(x)."
+        )
+    array = np.ascontiguousarray(np.asarray(leaf))
+    return _digest(f"{array.dtype.str}{array.shape}".encode(), array.tobytes())
+
+
+def _check_same_on_every_process(paths: list[str], leaves: list[Any], treedef: Any) -> None:
+    """Raise a ValueError naming the first leaf whose value differs between processes."""
+    from jax.experimental.multihost_utils import process_allgather
+
+    digests = np.stack(
+        [_leaf_digest(p, x) for p, x in zip(paths, leaves, strict=True)]
+        + [_digest(repr(treedef).encode())]
+    )
+    # One all-gather of 8 words per process: the structure's digest and the values' digest.
+    summary = np.concatenate([digests[-1], _digest(digests.tobytes())])
+    everyone = process_allgather(summary)
+    if (everyone == summary).all():
+        return
+    others = [p for p, seen in enumerate(everyone) if not (seen[:4] == everyone[0, :4]).all()]
+    if others:
+        raise ValueError(
+            f"replicate got trees of different structures: processes {others} pass another "
+            f"structure than process 0 (other keys, or another number of leaves); process "
+            f"{jax.process_index()} passes {treedef}. Every process must pass the same tree. "
+            + _SAME_VALUES_FIX
+        )
+    # Same structure, so the same number of leaves: gather every leaf's digest.
+    per_leaf = process_allgather(digests[:-1])
+    for index, path in enumerate(paths):
+        differ = [
+            p for p in range(len(per_leaf)) if (per_leaf[p, index] != per_leaf[0, index]).any()
+        ]
+        if differ:
+            leaf = np.asarray(leaves[index])
+            raise ValueError(
+                f"replicate got different values for {path} ({leaf.dtype}{list(leaf.shape)} on "
+                f"process {jax.process_index()}) on different processes: processes {differ} "
+                f"pass other values than process 0. A replicated array must hold the same "
+                f"value on every process; otherwise each process computes with its own copy, "
+                f"and nothing fails. " + _SAME_VALUES_FIX
+            )
 
 
 _POLICY_HINT = "or call shard_batch(..., remainder='drop') or remainder='pad'"
