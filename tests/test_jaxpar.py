@@ -233,6 +233,7 @@ class TestSeveralProcesses:
             "import numpy as np\n"
             "from jax.experimental.multihost_utils import process_allgather\n"
             "from jaxpar import replicate, shard_batch\n"
+            "from jax.sharding import NamedSharding, PartitionSpec as P\n"
             "mesh = jax.make_mesh((jax.device_count(),), ('data',))\n"
             "share = np.arange(5) + 10 * jax.process_index()  # 5 rows, 2 devices here\n"
             "data, mask = shard_batch(share, mesh, remainder='pad')\n"
@@ -249,7 +250,11 @@ class TestSeveralProcesses:
             "    try:\n"
             "        replicate(bad, mesh)\n"
             "    except ValueError as error:\n"
-            "        print('refused:', error)\n",
+            "        print('refused:', error)\n"
+            "try:  # jax.device_put checks the same (coming-from-pytorch.md says so)\n"
+            "    jax.device_put(np.full(2, jax.process_index()), NamedSharding(mesh, P()))\n"
+            "except AssertionError as error:\n"
+            "    print('device_put refused:', 'not the same on each process' in str(error))\n",
             encoding="utf-8",
         )
         done = subprocess.run(
@@ -265,6 +270,7 @@ class TestSeveralProcesses:
             "[1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0]"
         ) in done.stdout
         assert "[rank 0] True [7.0, 7.0]" in done.stdout
+        assert "[rank 0] device_put refused: True" in done.stdout
         # Differing values name the leaf, its type, the processes and the fix, on both ranks.
         for rank in (0, 1):
             refused = [
