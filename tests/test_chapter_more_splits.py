@@ -26,7 +26,7 @@ N = 8  # devices, stages, sequence blocks, experts
 D, MICRO, ROWS = 64, 4, 4  # the pipeline: width, micro-batches, rows per micro-batch
 A_SHAPE, B_SHAPE = (16, 64), (64, 64)  # the collective matmul
 BATCH, T, HEAD = 2, 64, 16  # ring attention
-TOKENS, WIDTH, TOP_K = 16, 32, 2  # the experts, tokens per device
+TOKENS, WIDTH, HIDDEN, TOP_K = 16, 32, 64, 2  # the experts, tokens per device
 CAPACITY = TOKENS * TOP_K // N
 F32 = 4
 
@@ -113,6 +113,31 @@ class TestPipeline:
             bubbles.append(float(measured))
         assert bubbles == sorted(bubbles, reverse=True)
         assert (bubbles[0], bubbles[-1]) == (0.875, 0.0986)
+
+    def test_a_layer_undefined_at_zero_poisons_the_gradients_unless_guarded(self):
+        """The bubble's ticks run the layer on zeros: the loss stays right, the gradients
+        are NaN, until the idle ticks get ones before the layer (`guard`)."""
+        text = OUT["bubble_nan"]
+        reference = re.search(r"one device: loss ([\d.]+), NaN in the gradients: False", text)
+        runs = re.findall(
+            r"pipeline, bubble inputs replaced by ones: (\w+)\n"
+            r"  loss ([\d.]+), NaN in the gradients: (\w+)\n"
+            r"  gradients within 1e-5 relative \(1e-6 absolute\) of one device's: (\w+)",
+            text,
+        )
+        assert runs == [
+            ("False", reference[1], "True", "False"),
+            ("True", reference[1], "False", "True"),
+        ]
+        page = PAGES["pipeline"]
+        assert "`guard`" in page and "0 × NaN is NaN" in page
+        assert '--8<-- "snippets/more_splits/splits.py:bubble_nan"' in page
+
+    def test_the_guard_masks_the_input_of_the_layer_in_the_bubble(self):
+        code = (REPO / "snippets/more_splits/splits.py").read_text(encoding="utf-8")
+        tick = code[code.index("def tick(carry, t):") :]
+        guard = tick.index("x = jnp.where(active(t, stage, micro), x, 1.0)")
+        assert tick.index("if guard:") < guard < tick.index("y = layer(w, b, x)")
 
     def test_a_data_axis_sums_weight_gradients_per_tick_unless_they_vary(self):
         text = OUT["pipeline_data"]
@@ -203,7 +228,8 @@ class TestRingAttention:
     def test_the_ring_moves_what_all_gathering_k_and_v_brings(self):
         text = OUT["ring_check"]
         blocks = 2 * BATCH * (T // N) * HEAD * F32  # a key and a value block
-        assert collectives(text) == {("collective-permute", "loop"): (2, (N - 1) * blocks)}
+        ring = text.split("collectives of all-gather context parallelism:")[0]
+        assert collectives(ring) == {("collective-permute", "loop"): (2, (N - 1) * blocks)}
         k_and_v = 2 * BATCH * T * HEAD * F32
         assert formula(r"^K and V blocks.*", text) == [
             blocks,
@@ -212,16 +238,33 @@ class TestRingAttention:
         ]
         assert (N - 1) * blocks == k_and_v * (N - 1) // N == 14_336
 
-    def test_memory_of_full_and_ring_attention(self):
+    def test_all_gather_context_parallelism_gathers_k_and_v_once(self):
+        text = OUT["ring_check"]
+        assert "all-gather context parallelism: equal to full attention within 1e-5: True" in text
+        gathered = text.split("collectives of all-gather context parallelism:")[1]
+        k_and_v = 2 * BATCH * T * HEAD * F32  # the result: all of K and of V
+        assert collectives(gathered.split("K and V blocks")[0]) == {
+            ("all-gather", "once"): (2, k_and_v)
+        }
+        assert k_and_v == 16_384
+
+    def test_memory_of_full_attention_all_gather_and_ring(self):
         text = OUT["ring_check"]
         assert (
-            "temporary bytes: full attention on one device 65,536, ring attention per device 5,280"
-            in text
+            "temporary bytes on XLA:CPU: full attention on one device 65,536; per device, "
+            "all-gather context parallelism 24,580, ring attention 5,280" in text
         )
         scores = BATCH * T * T * F32
-        assert formula(r"^scores:.*", text) == [scores, BATCH * (T // N) ** 2 * F32]
+        assert formula(r"^scores:.*", text) == [
+            scores,
+            scores // N,  # one device's queries against every key
+            BATCH * (T // N) ** 2 * F32,
+        ]
         assert 65_536 == 2 * scores  # "twice its 32,768 bytes of scores"
-        assert 5_280 < 65_536 // N
+        # Splitting the queries is most of the saving; the ring's own is the rest.
+        assert 5_280 < 24_580 < 65_536 and 65_536 - 24_580 > 24_580 - 5_280
+        page = PAGES["ring-attention"].replace("\n", " ")
+        assert "XLA:CPU's buffer assignment" in page and "two separate savings" in page
 
     def test_the_backward_pass_keeps_every_step_unless_rematerialised(self):
         text = OUT["ring_memory"]
@@ -291,6 +334,35 @@ class TestExperts:
         assert int(rows[2]) == N * TOKENS == 128  # a token's choices are different experts
         page = PAGES["experts"]
         assert "42 to expert 1" in page and "room for 32" in page and "here 128 rows" in page
+
+    def test_one_hot_routing_grows_with_the_square_of_the_tokens(self):
+        text = OUT["experts_scale"]
+        assert text.startswith("one device, XLA:CPU: the one-hot layer")
+        rows = re.findall(
+            r"^ +([\d,]+) +([\d,]+) +([\d.]+) MiB +([\d,.]+) MFLOP$", text, flags=re.M
+        )
+        tokens = [number(t) for t, *_ in rows]
+        assert tokens == [256, 1_024, 2_048]
+        for t, (_, entries, *_) in zip(tokens, rows, strict=True):
+            assert number(entries) == t * N * (t * TOP_K // N) == t * t * TOP_K  # T^2 k
+        temp = [float(mib) for _, _, mib, _ in rows]
+        assert temp == [2.0, 32.0, 128.0]  # the square: 4 and 8 times the tokens
+        assert [m / temp[0] for m in temp] == [(t / 256) ** 2 for t in tokens]
+        flops = [float(f.replace(",", "")) for *_, f in rows]
+        grouped = re.search(r"^2,048 tokens in groups of 256: +([\d.]+) MiB +([\d.]+)", text, re.M)
+        ordered = re.search(r"^2,048 tokens sorted by expert: +([\d.]+) MiB +([\d.]+)", text, re.M)
+        assert float(grouped[1]) == 8 * temp[0] == 16.0  # linear again: 8 groups of 256
+        assert float(ordered[1]) == 9.1 < float(grouped[1])
+        own = 2_048 * TOP_K * 2 * (WIDTH * HIDDEN + HIDDEN * WIDTH) / 1e6
+        assert f"2,048 tokens x 2 choices: {own:.1f} MFLOP" in text
+        assert own < flops[-1] / 20  # at 2,048 tokens, routing is nearly all the work
+        # On CPU ragged_dot multiplies every row by every expert's weights: 8 times the work.
+        assert N * own < float(ordered[2]) < (N + 1) * own
+        assert "sorted, equal to the dropless reference within 1e-5: True" in text
+        page = PAGES["experts"].replace("\n", " ")
+        for stated in ("2.0 MiB at 256 tokens", "128.0 MiB at 2,048", "1,176.5 million",
+                       "33.6 million", "16.0 MiB, 8 times", "9.1 MiB here", "282.9 million"):  # fmt: skip
+            assert stated in page, stated
 
     def test_the_table_of_splits(self):
         table = PAGES["experts"].split("## Which split, when")[1].split("## Pitfalls")[0]

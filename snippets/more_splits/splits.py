@@ -65,7 +65,7 @@ def layer(w, b, x):
     return jnp.tanh(x @ w + b)
 
 
-def reference_loss(params, xs, ys):
+def reference_loss(params, xs, ys, layer=layer):
     """The unsplit model: 8 layers, one after the other, on the whole batch."""
     x, _ = lax.scan(lambda x, wb: (layer(*wb, x), None), xs.reshape(-1, D), params)
     return jnp.mean((x - ys.reshape(-1, D)) ** 2)
@@ -76,7 +76,7 @@ def active(tick, stage, micro):
     return (tick >= stage) & (tick - stage < micro)
 
 
-def pipeline_loss(params, xs, ys, data=None, vary=True):
+def pipeline_loss(params, xs, ys, data=None, vary=True, layer=layer, guard=True):
     """The same loss, stage s of the model on device s of "stage": xs, ys are (MICRO, ROWS, D)."""
     batch = P(None, data)  # micro-batches whole, their rows split over `data` if given
 
@@ -91,6 +91,8 @@ def pipeline_loss(params, xs, ys, data=None, vary=True):
         def tick(carry, t):
             x, total = carry
             x = jnp.where(stage == 0, xs[jnp.minimum(t, micro - 1)], x)  # stage 0 reads input
+            if guard:  # in the bubble, ones: a value every layer is defined at (see pitfalls)
+                x = jnp.where(active(t, stage, micro), x, 1.0)
             y = layer(w, b, x)
             leaving = t - (stages - 1)  # the micro-batch the last stage finishes at tick t
             loss = jnp.mean((y - ys[jnp.maximum(leaving, 0)]) ** 2)
@@ -194,6 +196,34 @@ with jax.set_mesh(stage_mesh):
         print("\n".join(textwrap.fill(line, 88) for line in lines))
 # --8<-- [end:invariant_carry]
 
+
+# %% bubble_nan
+# --8<-- [start:bubble_nan]
+def normalised(w, b, x):
+    """A layer undefined at 0: RMS normalisation without an epsilon, 0 / 0 for zeros."""
+    y = x @ w + b
+    return y / jnp.sqrt(jnp.mean(y**2, axis=-1, keepdims=True))
+
+
+nan_in = lambda grads: any(bool(np.isnan(g).any()) for g in grads)  # noqa: E731
+loss_1, grads_1 = jax.jit(jax.value_and_grad(reference_loss), static_argnames="layer")(
+    params, xs, ys, layer=normalised
+)
+print(f"one device: loss {loss_1:.4f}, NaN in the gradients: {nan_in(grads_1)}")
+with jax.set_mesh(stage_mesh):
+    step = jax.jit(
+        jax.value_and_grad(pipeline_loss, has_aux=True), static_argnames=("layer", "guard")
+    )
+    for guard in (False, True):
+        (loss, _), grads = step(split, xs, ys, layer=normalised, guard=guard)
+        print(f"pipeline, bubble inputs replaced by ones: {guard}")
+        print(f"  loss {loss:.4f}, NaN in the gradients: {nan_in(grads)}")
+        same = all(
+            np.allclose(g, g1, rtol=1e-5, atol=1e-6) for g, g1 in zip(grads, grads_1, strict=True)
+        )
+        print(f"  gradients within 1e-5 relative (1e-6 absolute) of one device's: {same}")
+# --8<-- [end:bubble_nan]
+
 # %% collective_matmul
 # --8<-- [start:collective_matmul]
 ring_mesh = jax.make_mesh((N,), ("x",), axis_types=EXPLICIT)
@@ -282,6 +312,15 @@ def ring_attention(q, k, v, positions):
     return out / total[..., None], useful[None]
 
 
+def allgather_attention(q, k, v, positions):
+    """Context parallelism without a ring: each device gathers all of K and V at once."""
+    k, v = (lax.all_gather(a, "seq", axis=1, tiled=True) for a in (k, v))
+    mine, every = positions[lax.axis_index("seq")], positions.reshape(-1)
+    s = jnp.einsum("bqd,bkd->bqk", q, k) / np.sqrt(HEAD)
+    s = jnp.where(mine[:, None] >= every[None, :], s, -jnp.inf)
+    return jax.nn.softmax(s, axis=-1) @ v
+
+
 q, k, v = rng.standard_normal((3, BATCH, T, HEAD), np.float32)
 contiguous = np.arange(T).reshape(N, T // N)  # device i holds positions 8i .. 8i+7
 chunks = np.arange(T).reshape(2 * N, T // (2 * N))
@@ -311,8 +350,18 @@ with jax.set_mesh(seq_mesh):
             f"  scores to compute, per device, of {N} x {(T // N) ** 2} = {T * T // N}: "
             f"{useful[:, 0].tolist()}, {useful[:, 0].sum():,} in all"
         )
+    gather = jax.jit(
+        jax.shard_map(allgather_attention, in_specs=(seq, seq, seq, P()), out_specs=seq)
+    )
+    gathered = gather.lower(*inputs, layout).compile()
+    same = np.allclose(
+        np.asarray(gathered(*inputs, layout))[:, np.argsort(order)], expected, atol=1e-5
+    )
+print(f"all-gather context parallelism: equal to full attention within 1e-5: {same}")
 print("collectives of ring attention:")
 show(compiled, N - 1)
+print("collectives of all-gather context parallelism:")
+show(gathered)
 kv = 2 * BATCH * (T // N) * HEAD * 4
 print(
     f"K and V blocks: 2 x {BATCH} x {T // N} x {HEAD} x 4 B = {kv:,} B; x (N-1) = {(N - 1) * kv:,} B,"
@@ -321,10 +370,14 @@ print(
 one = summarise(full.lower(q, k, v).compile())
 per_device = summarise(compiled)
 print(
-    f"temporary bytes: full attention on one device {one.temp_bytes:,}, "
-    f"ring attention per device {per_device.temp_bytes:,}"
+    f"temporary bytes on XLA:CPU: full attention on one device {one.temp_bytes:,}; per device, "
+    f"all-gather context parallelism {summarise(gathered).temp_bytes:,}, "
+    f"ring attention {per_device.temp_bytes:,}"
 )
-print(f"scores: full {BATCH * T * T * 4:,} B, one block {BATCH * (T // N) ** 2 * 4:,} B")
+print(
+    f"scores: full {BATCH * T * T * 4:,} B, one device's queries {BATCH * T * T * 4 // N:,} B, "
+    f"one block {BATCH * (T // N) ** 2 * 4:,} B"
+)
 # --8<-- [end:ring_check]
 
 
@@ -369,7 +422,7 @@ CAPACITY = TOKENS * TOP_K // N  # per expert, from each device: capacity factor 
 expert_mesh = jax.make_mesh((N,), ("expert",), axis_types=EXPLICIT)
 
 
-def route(x, router):
+def route(x, router, capacity=CAPACITY):
     """Top-k routing at a fixed capacity, as one-hot tables (token, expert, slot): `send`
     says where each token goes, `combine` also weighs each result by its gate; and how
     many tokens chose each expert."""
@@ -378,7 +431,7 @@ def route(x, router):
     chosen = jax.nn.one_hot(experts, N, dtype=jnp.int32)  # (token, k, expert)
     # Each choice's place in its expert's queue: all first choices, then all second ones.
     queue = jnp.cumsum(chosen.swapaxes(0, 1).reshape(-1, N), 0).reshape(TOP_K, -1, N)
-    slot = jax.nn.one_hot(queue.swapaxes(0, 1) - 1, CAPACITY)  # all zero past the capacity
+    slot = jax.nn.one_hot(queue.swapaxes(0, 1) - 1, capacity)  # all zero past the capacity
     send = chosen[..., None] * slot  # (token, k, expert, slot)
     return send.sum(1), (gates[..., None, None] * send).sum(1), chosen.sum((0, 1))
 
@@ -497,3 +550,66 @@ for e in range(N):
 print(f"the plan through the documented semantics: each expert gets exactly its choices: {exact}")
 print(f"rows per expert: {plan[-1].sum(1).tolist()}, of room for {N * TOKENS} each")
 # --8<-- [end:ragged]
+
+
+# %% experts_scale
+# --8<-- [start:experts_scale]
+def one_hot_moe(x, router, w_in, w_out):
+    """This page's layer on one device holding all 8 experts: its tokens are one routing
+    group, at a capacity factor of 1."""
+    send, combine, _ = route(x, router, capacity=len(x) * TOP_K // N)
+    buffer = jnp.einsum("tes,tw->esw", send, x)
+    done = jnp.einsum("esh,ehw->esw", jax.nn.relu(jnp.einsum("esw,ewh->esh", buffer, w_in)), w_out)
+    return jnp.einsum("tes,esw->tw", combine, done)
+
+
+def grouped_moe(x, router, w_in, w_out, group=256):
+    """GShard's groups: the same routing within each group of 256 tokens."""
+    groups = x.reshape(-1, group, x.shape[-1])
+    return jax.vmap(one_hot_moe, (0, None, None, None))(groups, router, w_in, w_out).reshape(
+        x.shape
+    )
+
+
+def sorted_moe(x, router, w_in, w_out):
+    """Dropless: sort the choices by expert, multiply each expert's rows by its weights."""
+    gates, experts = lax.top_k(jax.nn.softmax(x @ router), TOP_K)
+    gates /= gates.sum(-1, keepdims=True)
+    order = jnp.argsort(experts.reshape(-1))  # the choices, grouped by expert
+    sizes = jnp.bincount(experts.reshape(-1), length=N)  # rows in each group
+    hidden = jax.nn.relu(lax.ragged_dot(x[order // TOP_K], w_in, sizes))
+    out = lax.ragged_dot(hidden, w_out, sizes) * gates.reshape(-1)[order, None]
+    return jnp.zeros_like(x).at[order // TOP_K].add(out)  # each token: its 2 results
+
+
+def dropless_reference(x, router, w_in, w_out):
+    """Every expert on every token, weighed by the top-2 gates, none dropped."""
+    gates, experts = lax.top_k(jax.nn.softmax(x @ router), TOP_K)
+    gates /= gates.sum(-1, keepdims=True)
+    every = jnp.einsum("teh,ehw->tew", jax.nn.relu(jnp.einsum("tw,ewh->teh", x, w_in)), w_out)
+    return jnp.einsum("te,tew->tw", (jax.nn.one_hot(experts, N) * gates[..., None]).sum(1), every)
+
+
+def compiled_cost(f, tokens):
+    """Temporaries (MiB) and FLOPs (millions) of f compiled for `tokens` tokens."""
+    x = jax.ShapeDtypeStruct((tokens, WIDTH), jnp.float32)
+    compiled = jax.jit(f).lower(x, router, w_in, w_out).compile()
+    temp = compiled.memory_analysis().temp_size_in_bytes / 2**20
+    return f"{temp:6.1f} MiB {compiled.cost_analysis()['flops'] / 1e6:7,.1f} MFLOP"
+
+
+print("one device, XLA:CPU: the one-hot layer, all its tokens one routing group")
+print(f"{'tokens':>8} {'send entries':>13} {'temporaries':>11} {'FLOPs':>13}")
+for tokens in (256, 1024, 2048):
+    entries = tokens * N * (tokens * TOP_K // N)  # (token, expert, slot)
+    print(f"{tokens:>8,} {entries:>13,} {compiled_cost(one_hot_moe, tokens)}")
+print(f"2,048 tokens in groups of 256:  {compiled_cost(grouped_moe, 2048)}")
+print(f"2,048 tokens sorted by expert:  {compiled_cost(sorted_moe, 2048)}")
+useful = 2048 * TOP_K * 2 * (WIDTH * HIDDEN + HIDDEN * WIDTH) / 1e6  # 2 FLOPs a multiply-add
+print(f"the experts' own products, 2,048 tokens x {TOP_K} choices: {useful:.1f} MFLOP")
+many = rng.standard_normal((2048, WIDTH), np.float32)
+sparse, dense = (jax.jit(f)(many, router, w_in, w_out) for f in (sorted_moe, dropless_reference))
+print(
+    f"sorted, equal to the dropless reference within 1e-5: {np.allclose(sparse, dense, atol=1e-5)}"
+)
+# --8<-- [end:experts_scale]
