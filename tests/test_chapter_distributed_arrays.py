@@ -169,3 +169,15 @@ def test_a_page_showing_an_8_device_snippet_says_how_to_reproduce_it(page):
     shown = set(re.findall(r"snippets/distributed_arrays/(\w+)\.py", text))
     if any(needed_devices(REPO / "snippets" / "distributed_arrays" / f"{s}.py") for s in shown):
         assert text.count("JAX_PLATFORMS=cpu") == 1, f"{page.name}: say once how to run it"
+
+
+def test_the_diagrams_page_states_the_palette_size():
+    """diagrams.md: the palette has 9 colours, indexed by device id modulo 9, so device 9
+    gets device 0's colour."""
+    from jaxpar.diagrams import PALETTE
+
+    assert len(PALETTE) == 9
+    for language in ("en", "zh", "ko"):
+        text = (REPO / "docs" / language / "distributed-arrays/diagrams.md").read_text("utf-8")
+        first_paragraph = text.split("\n\n")[1]
+        assert "9" in first_paragraph and "0" in first_paragraph, language
