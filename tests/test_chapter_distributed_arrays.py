@@ -181,3 +181,20 @@ def test_the_diagrams_page_states_the_palette_size():
         text = (REPO / "docs" / language / "distributed-arrays/diagrams.md").read_text("utf-8")
         first_paragraph = text.split("\n\n")[1]
         assert "9" in first_paragraph and "0" in first_paragraph, language
+
+
+def test_a_mesh_too_large_fails_and_one_too_small_quietly_uses_the_first_devices():
+    """meshes.md#pitfalls: (4, 4) needs 16 devices and says so; (4,) on 8 devices takes
+    devices 0-3 without an error; jaxpar.make_mesh refuses both."""
+    import jax
+
+    from jaxpar import make_mesh
+
+    assert recorded("meshes")["mesh_size"].splitlines() == [
+        "jax.make_mesh((4, 4)): Number of devices 8 must be >= the product of mesh_shape (4, 4)",
+        "jax.make_mesh((4,)) uses devices [0, 1, 2, 3] of 8",
+    ]
+    assert jax.device_count() == 8
+    for shape, names in (((4, 4), ("a", "b")), ((4,), ("a",))):
+        with pytest.raises(ValueError, match="but 8 are available"):
+            make_mesh(shape, names)

@@ -78,3 +78,15 @@ try:
 except ValueError as error:
     print("jax.device_put:", str(error).split(". Got")[0])
 # --8<-- [end:pitfalls]
+
+# %% mesh_size
+# --8<-- [start:mesh_size]
+try:
+    jax.make_mesh((4, 4), ("batch", "features"))  # 16 devices: more than there are
+except ValueError as error:
+    print("jax.make_mesh((4, 4)):", error)
+half = jax.make_mesh((4,), ("batch",))  # 4 devices: fewer than there are, and no error
+print(
+    "jax.make_mesh((4,)) uses devices", [d.id for d in half.devices.flat], "of", jax.device_count()
+)
+# --8<-- [end:mesh_size]

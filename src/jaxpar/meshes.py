@@ -19,10 +19,11 @@ def make_mesh(
 ) -> jax.sharding.Mesh:
     """Build a device mesh like ``jax.make_mesh``, after checking what it is given.
 
-    ``jax.make_mesh`` reports a wrong shape with an error about reshaping device arrays;
+    ``jax.make_mesh`` reports a shape too large for the devices with a bare count;
     this one says which shape was asked for, how many devices there are, and which shapes
-    would fit. Unlike ``jax.make_mesh``, it also refuses a mesh that leaves devices out,
-    unless ``devices`` says which ones to use.
+    would fit. Unlike ``jax.make_mesh``, which quietly takes the first devices for a shape
+    too small, it also refuses a mesh that leaves devices out, unless ``devices`` says which
+    ones to use.
 
     Args:
         shape: the size of each mesh axis, such as ``(8,)`` or ``(2, 4)``.
