@@ -116,6 +116,20 @@ def test_old_names_are_gone():
     assert gone and all(line.endswith("exists: False") for line in gone)
 
 
+def test_old_array_attributes_fail_and_the_older_mesh_has_auto_axes():
+    """corrections.md#attributes: device_buffers/device_buffer raise naming the fix,
+    x.device is a property, and Mesh(create_device_mesh(...)) gives Auto axes where
+    jax.make_mesh gives Explicit ones."""
+    lines = recorded("old_names")["attributes"].splitlines()
+    assert lines[0].endswith("Use [x.data for x in arr.addressable_shards]")
+    assert lines[1].endswith("Use arr.addressable_data(0)")
+    assert lines[2].startswith("x.device(): ") and "not callable" in lines[2]
+    assert lines[3:] == [
+        "Mesh(create_device_mesh((2, 4)), ...): (Auto, Auto)",
+        "jax.make_mesh((2, 4), ...): (Explicit, Explicit)",
+    ]
+
+
 def test_deprecated_spellings_still_run_but_warn():
     """corrections.md: pjit, `with mesh:` and jax.experimental.shard_map run in JAX 0.12
     and emit a DeprecationWarning each."""

@@ -15,7 +15,8 @@ import warnings
 
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import AxisType, NamedSharding
+from jax.experimental import mesh_utils
+from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 
@@ -39,10 +40,34 @@ old_names = [
     ("jax.experimental.maps", None),
     ("jax.interpreters.pxla", "ShardedDeviceArray"),
     ("jax.sharding", "use_mesh"),
+    ("jax", "xla_computation"),
+    ("jax.experimental", "PartitionSpec"),
+    ("jax.experimental.pjit", "PartitionSpec"),
+    ("jax.sharding", "PmapSharding"),
+    ("jax.lax", "pvary"),
 ]
 for module, name in old_names:
     print(f"{module + '.' + name if name else module:40s} exists: {exists(module, name)}")
 # --8<-- [end:gone]
+
+# %% attributes
+# --8<-- [start:attributes]
+x = jnp.arange(8.0)
+for old in ("device_buffers", "device_buffer"):
+    try:
+        getattr(x, old)
+    except AttributeError as error:
+        print(f"x.{old}: {error}")
+try:
+    x.device()
+except TypeError as error:
+    print(f"x.device(): {error}; x.device is a property: {x.device}")
+# The older Mesh(mesh_utils.create_device_mesh(...)) still runs, but with Auto axes, while
+# jax.make_mesh gives Explicit ones: the same code, under other typing rules.
+older = Mesh(mesh_utils.create_device_mesh((2, 4)), ("x", "y"))
+print("Mesh(create_device_mesh((2, 4)), ...):", older.axis_types)
+print("jax.make_mesh((2, 4), ...):", jax.make_mesh((2, 4), ("x", "y")).axis_types)
+# --8<-- [end:attributes]
 
 # %% random
 # --8<-- [start:random]
