@@ -22,6 +22,15 @@ PAGES = {
     for name in ("gpt", "techniques")
 }
 LAYOUTS = ("data parallel", "FSDP", "tensor parallel", "FSDP x tensor")
+ROWS = (
+    "1 float32",
+    "2 + donation",
+    "3 + bfloat16 compute",
+    "4 + remat, names policy",
+    "5 + accumulate, lax.scan",
+    "6 + accumulate, shard_map",
+    "7 + accumulate, unreduced",
+)
 TOLERANCES = {"0.001"}  # stated by the prose, checked by the tests below
 
 
@@ -29,22 +38,40 @@ def number(text: str) -> int:
     return int(text.replace(",", ""))
 
 
+COLLECTIVE_LINE = re.compile(
+    r"([a-z-]+) x(\d+) in groups of (\d+): results ([\d,]+) B, sends ([\d,]+) B"
+)
+
+
+def collective_lines(text: str) -> dict[tuple[str, int], tuple[int, int, int]]:
+    """{(kind, group size): (count, result bytes, bytes each device sends)}."""
+    return {
+        (kind, int(group)): (int(count), number(size), number(sent))
+        for kind, count, group, size, sent in COLLECTIVE_LINE.findall(text)
+    }
+
+
+def ring(kind: str, size: int, group: int) -> int:
+    """The bytes each device sends by the ring model the page states."""
+    factor = {"all-reduce": 2 * (group - 1), "all-gather": group - 1}[kind]
+    return size * factor // group
+
+
 def layouts() -> dict[str, dict]:
-    """For each layout: its losses, bytes on device 0 and {collective: (count, bytes)}."""
+    """For each layout: its losses, bytes on device 0, its collectives (as
+    collective_lines gives them) and the bytes each device sends in all."""
     found = {}
     blocks = re.split(r"^(?=\S)", GPT["layouts"], flags=re.MULTILINE)
     for block in filter(None, blocks):
         head = re.match(r"(.+): loss ([\d.]+) -> ([\d.]+) in 4 steps", block)
         held = re.search(r"parameters ([\d,]+) B, optimizer state ([\d,]+) B", block)
-        collectives = {
-            kind: (int(count), number(size))
-            for kind, count, size in re.findall(r"  ([a-z-]+) x(\d+): ([\d,]+) B", block)
-        }
+        sent = re.search(r"each device sends ([\d,]+) B per step", block)
         found[head[1]] = {
             "losses": (head[2], head[3]),
             "parameters": number(held[1]),
             "optimizer state": number(held[2]),
-            "collectives": collectives,
+            "collectives": collective_lines(block),
+            "sent": number(sent[1]),
         }
     return found
 
@@ -59,8 +86,8 @@ def table() -> tuple[dict[str, list[str]], dict[str, list[str]]]:
             current = collectives
         elif current is not None and re.match(r"\d ", line):
             label, cells = line[:27].strip(), line[27:].split()
-            if current is collectives:  # fixed-width cells, such as "12 + 4x9"
-                cells = [line[i : i + 12].strip() for i in (27, 39, 51)] + [line[63:].strip()]
+            if current is collectives:  # fixed-width cells, such as "7 + 4x4"
+                cells = [line[i : i + 12].strip() for i in (27, 39)] + [line[51:].strip()]
             current[label] = cells
     return memory, collectives
 
@@ -97,25 +124,50 @@ class TestGPTPage:
 
     def test_collectives_of_each_layout_on_xla_cpu(self):
         found = {name: layout["collectives"] for name, layout in layouts().items()}
-        assert found["data parallel"] == {"all-reduce": (1, 259_588)}
+        assert found["data parallel"] == {("all-reduce", 8): (1, 259_588, 454_279)}
         # The gradient, with the token table's twice (88 x 64 floats), and the loss.
         assert 259_588 == 237_056 + 88 * 64 * 4 + 4
         # The token table twice, the position table and the block's four matrices.
-        assert found["FSDP"] == {"all-gather": (7, 258_048), "all-reduce": (1, 259_588)}
+        assert found["FSDP"] == {
+            ("all-gather", 8): (7, 258_048, 225_792),
+            ("all-reduce", 8): (1, 259_588, 454_279),
+        }
+        # Nothing gathered: the vocabulary stays split from the table to the loss.
         assert found["tensor parallel"] == {
-            "all-gather": (1, 22_528),
-            "all-reduce": (6, 1_389_060),
+            ("all-reduce", 2): (1, 78_340, 78_340),
+            ("all-reduce", 4): (8, 1_585_152, 2_377_728),
         }
-        assert 22_528 == 88 * 64 * 4  # the whole token table
-        assert 1_389_060 > 5 * 259_588  # "more than five times"
-        # The token table gathered along "embed" before the lookup: no collective-permute,
-        # and no all-gather of activations (XLA's "Involuntary full rematerialization").
+        # The device's quarter of the matrices, its part of the token table's second
+        # gradient, and the loss: "less than a third of data parallelism's".
+        assert 78_340 == 72_704 + 88 * 64 * 4 // 4 + 4
+        assert 78_340 < 259_588 / 3
+        # Six activation-sized sums over "model" (lookup, 2 forward, 2 backward, the output
+        # layer's input gradient) and three of batch x time floats (the loss).
+        assert 1_585_152 == 6 * 16 * 64 * 64 * 4 + 3 * 16 * 64 * 4
         assert found["FSDP x tensor"] == {
-            "all-gather": (8, 99_328),
-            "all-reduce": (6, 1_389_060),
+            ("all-gather", 2): (7, 76_800, 38_400),
+            ("all-reduce", 2): (1, 78_340, 78_340),
+            ("all-reduce", 4): (8, 1_585_152, 2_377_728),
         }
-        # "the same 1,389,060 bytes": on XLA:CPU the gradient is summed whole over "data".
-        assert found["FSDP x tensor"]["all-reduce"] == found["tensor parallel"]["all-reduce"]
+        for collectives in found.values():  # "sends" is the ring model the page states
+            for (kind, group), (_, size, sent) in collectives.items():
+                assert sent == ring(kind, size, group)
+
+    def test_bytes_each_device_sends_per_layout(self):
+        """gpt.md: FSDP sends 1.5 times what data parallelism sends, tensor parallelism
+        more than five times."""
+        found = layouts()
+        sent = {name: layout["sent"] for name, layout in found.items()}
+        assert sent == {
+            "data parallel": 454_279,
+            "FSDP": 680_071,
+            "tensor parallel": 2_456_068,
+            "FSDP x tensor": 2_494_468,
+        }
+        for layout in found.values():
+            assert layout["sent"] == sum(s for _, _, s in layout["collectives"].values())
+        assert round(sent["FSDP"] / sent["data parallel"], 1) == 1.5
+        assert 5 < sent["tensor parallel"] / sent["data parallel"] < 6
 
     def test_every_layout_trains_as_one_device_does(self):
         losses = {layout["losses"] for layout in layouts().values()}
@@ -132,54 +184,97 @@ class TestGPTPage:
         assert "the integer-label loss on logits split over the vocabulary:" in pitfalls
         assert "Use `.at[...].get(out_sharding=)`" in pitfalls
 
+    def test_the_vocabulary_whole_or_split(self):
+        """gpt.md: at a vocabulary of 32,768, the whole vocabulary gathers the 8,388,608-byte
+        table and needs 268,443,652 bytes of temporaries; split, nothing is gathered and
+        100,663,300; two more small all-reduces over "model" for the loss."""
+        whole, split = GPT["vocabulary"].split("vocabulary of 32,768, split: ")
+        assert whole.startswith("vocabulary of 32,768, whole: temporaries 268,443,652 B")
+        assert split.startswith("temporaries 100,663,300 B")
+        assert 8_388_608 == 32_768 * 64 * 4  # the whole table
+        assert collective_lines(whole) == {
+            ("all-gather", 4): (1, 8_388_608, 6_291_456),
+            ("all-reduce", 2): (1, 2_097_152, 2_097_152),
+            ("all-reduce", 4): (1, 262_144, 393_216),
+        }
+        assert collective_lines(split) == {
+            ("all-reduce", 2): (1, 2_097_152, 2_097_152),
+            ("all-reduce", 4): (3, 270_336, 405_504),
+        }
+        assert 270_336 - 262_144 == 2 * 16 * 64 * 4  # two of batch x time floats
+
 
 class TestTechniquesPage:
     def test_memory_per_row(self):
         memory, _ = table()
-        assert list(memory) == [
-            "1 float32",
-            "2 + donation",
-            "3 + bfloat16 compute",
-            "4 + remat, names policy",
-            "5 + accumulate, shard_map",
-        ]
+        assert list(memory) == list(ROWS)
         rows = {label.split()[0]: cells for label, cells in memory.items()}
         for cells in rows.values():  # parameters, optimizer state and batch: unchanged
             assert cells[:2] == ["119,556", "111,672"]
         assert 119_556 == 37_120 + 74_244 + 2 * 16 * 64 * 4
         temporary = {row: number(cells[3]) for row, cells in rows.items()}
         assert temporary == {
-            "1": 5_585_136,
-            "2": 5_635_824,
-            "3": 4_721_712,
-            "4": 3_317_808,
-            "5": 1_026_128,
+            "1": 5_345_584,
+            "2": 5_393_712,
+            "3": 4_697_840,
+            "4": 3_330_160,
+            "5": 957_272,
+            "6": 1_019_840,
+            "7": 1_029_016,
         }
-        assert temporary["5"] < temporary["4"] / 3  # "less than a third"
+        for row in "567":  # "less than a third of row 4's"
+            assert temporary[row] < temporary["4"] / 3
+        # Row 5 holds the least: sharded accumulators; rows 6 and 7 whole gradient sums.
+        assert temporary["5"] < temporary["6"] < temporary["7"]
         aliased = {row: number(cells[2]) for row, cells in rows.items()}
         assert aliased["1"] == 0
-        assert aliased["2"] == aliased["3"] == aliased["4"] == aliased["5"] == 111_364
+        assert {aliased[row] for row in "234567"} == {111_364}
         assert 111_364 == 37_120 + 74_244  # the device's parameters and optimizer state
         mflop = {row: cells[4] for row, cells in rows.items()}
-        assert mflop == {"1": "124", "2": "124", "3": "130", "4": "153", "5": "-"}
+        assert mflop == {"1": "107", "2": "107", "3": "113", "4": "136"} | dict.fromkeys("567", "-")
 
     def test_donation_halves_the_peak_xla_cpu_reports(self):
         assert (
-            "peak_memory_in_bytes (XLA:CPU, without temporaries): 231,340 in row 1, "
-            "119,976 in row 2" in TECHNIQUES["table"]
+            "peak_memory_in_bytes (XLA:CPU, without temporaries): 231,368 in row 1, "
+            "120,004 in row 2" in TECHNIQUES["table"]
         )
-        assert 231_340 - 119_976 == 111_364  # the aliased bytes
+        assert 231_368 - 120_004 == 111_364  # the aliased bytes
 
     def test_collectives_per_row(self):
         _, collectives = table()
         rows = {label.split()[0]: cells for label, cells in collectives.items()}
-        assert rows["1"] == rows["2"] == rows["3"] == ["8", "6", "0", "1,488,388"]
-        assert rows["4"] == ["12", "6", "0", "1,537,540"]  # remat gathers the 4 matrices again
-        # shard_map: the gathers once, one gradient all-reduce, tensor parallelism's 5 per
-        # micro-batch.
-        assert rows["5"] == ["7", "1 + 4x5", "0", "1,477,124"]
-        # "fewer than without accumulation"
-        assert number(rows["5"][3]) < min(number(rows[row][3]) for row in "1234")
+        # Row 1 sends what the FSDP x tensor layout of the first page does.
+        assert rows["1"] == rows["2"] == rows["3"] == ["7", "9", "2,494,468"]
+        assert layouts()["FSDP x tensor"]["sent"] == 2_494_468
+        # Remat gathers the 4 matrices again, over "data": half of 49,152 bytes sent.
+        assert rows["4"] == ["11", "9", "2,519,044"]
+        assert 2_519_044 - 2_494_468 == (12_288 + 4_096 + 16_384 + 16_384) // 2
+        # lax.scan: the forward gathers hoisted, remat's 4 and every sum in the loop.
+        assert rows["5"] == ["7 + 4x4", "4x9", "2,827,792"]
+        # shard_map: the gathers once, one gradient all-reduce, the 8 of tensor parallelism.
+        assert rows["6"] == ["6", "1 + 4x8", "2,486,020"]
+        # unreduced: as row 6, and one small combined sum in the loop.
+        assert rows["7"] == ["6", "1 + 4x9", "2,578,704"]
+        sent = {row: number(cells[2]) for row, cells in rows.items()}
+        assert sent["5"] == max(sent.values())  # "row 5 sends the most"
+        assert sent["6"] < sent["4"] < sent["7"]  # "row 6 fewer even than row 4"
+
+    def test_xla_cpu_widens_the_bfloat16_collectives(self):
+        lines = TECHNIQUES["widened"].splitlines()
+        assert lines == [
+            "row 3, as partitioned: all-gather bf16 x5, all-gather f32 x2, "
+            "all-reduce bf16 x10, all-reduce f32 x13",
+            "row 3, as compiled:    all-gather f32 x7, all-reduce f32 x9",
+        ]
+
+    def test_psum_scatter_inside_the_shard_map(self):
+        assert TECHNIQUES["scatter"].splitlines() == [
+            "shard_map over data: ValueError: Length of sharding.spec (2) must be equal to "
+            "aval's ndim (0).",
+            "shard_map over data and model: reduce-scatter x1 in groups of 2: results "
+            "8,192 B, sends 8,192 B",
+        ]
+        assert 8_192 == 256 // 4 * 64 // 2 * 4  # a device's quarter of down, half of it
 
     def test_what_each_remat_policy_keeps(self):
         policies = TECHNIQUES["policies"].splitlines()
@@ -199,16 +294,19 @@ class TestTechniquesPage:
                 r"^(.+?) losses ([\d. ]+)$", TECHNIQUES["same_losses"], re.M
             )
         }
-        assert list(losses) == ["4 + remat, names policy", "5 + accumulate, shard_map"]
+        assert list(losses) == list(ROWS)[3:]
         reference = losses["4 + remat, names policy"]
         for values in losses.values():
             assert len(values) == 3
             assert max(abs(a - b) for a, b in zip(values, reference, strict=True)) < 0.001
 
     def test_unreduced_stops_at_the_layer_norm(self):
-        assert TECHNIQUES["unreduced"].startswith(
+        message = " ".join(TECHNIQUES["unreduced"].split())
+        assert message.startswith(
             "ShardingTypeError: Inputs cannot be sharded/varying on the same axes that another"
         )
+        assert "Reshard the input which is reduced" in message  # the whole message
+        assert message.endswith("float32[32@data,64,1] and reduced spec: frozenset({'data'})")
 
     def test_loss_curves(self):
         lines = TECHNIQUES["curves"].splitlines()

@@ -205,3 +205,88 @@ class TestFindCollectives:
         }
         assert summary.by_kind(in_loop=True) == {"all-reduce": (1, 32)}
         assert isinstance(summary.collectives[0], Collective)
+
+
+# The three forms XLA prints replica groups in, a generic async-start wrapper (XLA:GPU's
+# reduce-scatter), and a collective-permute-start, whose tuple holds two u32 contexts.
+GROUPS_HLO = """\
+HloModule jit_step, num_partitions=8
+
+%add (x: f32[], y: f32[]) -> f32[] {
+  %x = f32[] parameter(0)
+  %y = f32[] parameter(1)
+  ROOT %sum = f32[] add(%x, %y)
+}
+
+%wrapped_reduce_scatter (p: f32[64]) -> f32[8] {
+  %p = f32[64]{0} parameter(0)
+  ROOT %reduce-scatter.1 = f32[8]{0} reduce-scatter(%p), replica_groups={}, dimensions={0}, to_apply=%add
+}
+
+ENTRY %main (x: f32[64], b: bf16[32]) -> f32[64] {
+  %x = f32[64]{0} parameter(0)
+  %b = bf16[32]{0} parameter(1)
+  %all-reduce.1 = f32[64]{0} all-reduce(%x), replica_groups={{0,1,2,3},{4,5,6,7}}, to_apply=%add
+  %all-reduce.2 = f32[64]{0} all-reduce(%x), replica_groups=[4,2]<=[2,4]T(1,0), to_apply=%add
+  %all-gather.1 = bf16[64]{0} all-gather(%b), replica_groups=mesh['data'=2,'model'=4] {'data'}, dimensions={0}
+  %all-gather.2 = f32[512]{0} all-gather(%x), replica_groups=mesh['data'=2,'model'=4] {'data','model'}, dimensions={0}
+  %rs-start = ((f32[64]{0}), f32[8]{0}) async-start(%x), calls=%wrapped_reduce_scatter
+  %rs-done = f32[8]{0} async-done(%rs-start)
+  %cp-start = (f32[64]{0}, f32[64]{0}, u32[], u32[]) collective-permute-start(%x), source_target_pairs={{0,1},{1,0}}
+  %cp-done = f32[64]{0} collective-permute-done(%cp-start)
+  ROOT %out = f32[64]{0} add(%all-reduce.1, %cp-done)
+}
+"""
+
+
+class TestGroupsAndTraffic:
+    def test_group_sizes_in_every_form(self):
+        found = {c.name: c for c in find_collectives(GROUPS_HLO)}
+        assert found["all-reduce.1"].group_size == 4  # a list of groups
+        assert found["all-reduce.2"].group_size == 2  # an iota: 4 groups of 2
+        assert found["all-gather.1"].group_size == 2  # mesh axes: "data"
+        assert found["all-gather.2"].group_size == 8  # "data" and "model"
+        assert found["reduce-scatter.1"].group_size == 8  # {}: every partition
+        assert found["cp-start"].group_size is None  # pairs, not groups
+
+    def test_ring_model_bytes_each_device_sends(self):
+        found = {c.name: c for c in find_collectives(GROUPS_HLO)}
+        assert found["all-reduce.1"].sent_bytes == 2 * 256 * 3 // 4
+        assert found["all-reduce.2"].sent_bytes == 256  # 2 x (1/2)
+        assert found["all-gather.1"].sent_bytes == 128 // 2  # bf16[64], half of it
+        assert found["reduce-scatter.1"].sent_bytes == 32 * 7  # (n - 1) x its result
+        assert found["cp-start"].sent_bytes == 256  # its buffer, once
+
+    def test_asynchronous_forms_count_once(self):
+        found = {c.name: c for c in find_collectives(GROUPS_HLO)}
+        assert len(find_collectives(GROUPS_HLO)) == 6  # no -done, no async-start counted
+        scatter = found["reduce-scatter.1"]
+        assert (scatter.asynchronous, scatter.result_bytes) == (True, 32)  # inside async-start
+        permute = found["cp-start"]  # the -done's f32[64], not the 4-tuple of the -start
+        assert (permute.kind, permute.asynchronous, permute.result_bytes) == (
+            "collective-permute",
+            True,
+            256,
+        )
+
+    def test_element_types(self):
+        found = {c.name: c for c in find_collectives(GROUPS_HLO)}
+        assert found["all-gather.1"].element_types == ("bf16",)
+        assert found["all-reduce.1"].element_types == ("f32",)
+
+    def test_by_group(self):
+        summary = CompiledSummary(0, 0, 0, 0, 0, None, tuple(find_collectives(GROUPS_HLO)))
+        groups = summary.by_group()
+        assert groups[("all-reduce", 2)] == (1, 256, 256)
+        assert groups[("all-reduce", 4)] == (1, 256, 384)
+        assert groups[("collective-permute", None)] == (1, 256, 256)
+        assert list(groups)[0] == ("all-gather", 2)  # sorted by kind, then group size
+
+    def test_a_compiled_program_on_a_2d_mesh(self):
+        mesh = jax.make_mesh((2, 4), ("data", "model"))
+        x = jax.device_put(jnp.ones((8, 16)), NamedSharding(mesh, P("data", "model")))
+        with jax.set_mesh(mesh):
+            compiled = jax.jit(lambda x: x.sum(axis=1)).lower(x).compile()
+        (collective,) = summarise(compiled).collectives
+        assert (collective.kind, collective.group_size) == ("all-reduce", 4)  # over "model"
+        assert collective.sent_bytes == 2 * collective.result_bytes * 3 // 4

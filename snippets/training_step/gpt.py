@@ -1,19 +1,23 @@
-"""A real training step: a small GPT on a 2-D mesh, laid out four ways, then made cheaper.
+"""A real training step, measured with jaxpar: a small GPT on a 2-D mesh, laid out four ways.
 
 A decoder-only transformer in Flax NNX (1 layer, width 64, 4 heads, context 64, tied
 embeddings) learns to write like `json/__init__.py` of the standard library, character by
 character. Its parameters carry logical axis names (`embed`, `heads`, `mlp`, `vocab`); a
 rules table maps them to the axes of a 2x4 mesh `("data", "model")`, so that the same model
 runs as data parallelism, FSDP, tensor parallelism or FSDP x tensor parallelism by changing
-only the rules. For each layout: the bytes each device holds, the collectives in the
-compiled step, and the losses of 4 steps against the same training on one device.
+only the rules. The output layer leaves the vocabulary split, and the loss is computed on
+the split logits. For each layout: the bytes each device holds, the collectives in the
+compiled step (`jaxpar.summarise`: kind, group size, bytes each device sends), and the
+losses of 4 steps against the same training on one device.
 
 Then, in the FSDP x tensor layout, one technique at a time is added to the step: donation,
 bfloat16 compute with float32 master weights, rematerialisation (and what two
-`jax.checkpoint` policies keep), and gradient accumulation over micro-batches inside
-`jax.shard_map`, with one reduction per step. For each, the compiled step's memory
-(`memory_analysis()`) and collectives (its HLO), per device, on XLA:CPU. Then the bfloat16
-and float32 loss curves side by side, and the bfloat16 step's model writes a sample.
+`jax.checkpoint` policies keep), and gradient accumulation over micro-batches three ways:
+a plain `lax.scan`, `jax.shard_map` with one reduce-scatter per step, and gradients typed
+*unreduced*. For each, the compiled step's memory (`memory_analysis()`) and collectives
+(its HLO), per device, on XLA:CPU, and the bfloat16 collectives the program asks for
+before XLA:CPU widens them to float32. Then the bfloat16 and float32 loss curves side by
+side, and the bfloat16 step's model writes a sample.
 """
 
 # needs 8 devices: the layouts and techniques are compared on a 2 x 4 mesh; elsewhere run it with JAX_PLATFORMS=cpu
@@ -23,12 +27,14 @@ jax.config.update("jax_num_cpu_devices", 8)
 
 
 # %% setup
+import collections
 import contextlib
 import dataclasses
 import inspect
 import io
 import json
-import re
+import pathlib
+import tempfile
 import textwrap
 
 import jax.numpy as jnp
@@ -38,6 +44,8 @@ from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
+
+from jaxpar import find_collectives, summarise
 
 # %% data
 # --8<-- [start:data]
@@ -125,7 +133,8 @@ class GPT(nnx.Module):
         self.norm = nnx.LayerNorm(config.width, dtype=config.dtype, rngs=rngs)
 
     def __call__(self, tokens):  # (batch, time) integers -> (batch, time, vocab) logits
-        spec = P(*jax.typeof(tokens).sharding.spec, None)  # batch split as the tokens are
+        batch = jax.typeof(tokens).sharding.spec.partitions  # (batch, time), as they come
+        spec = P(*batch, None)  # the activations: batch split as the tokens are
         table = self.tokens.embedding[...]
         # Whole along `embed` before the lookup, still split as the rules split `vocab`. Rows
         # looked up keep the table's split of `embed`; over the batch's own mesh axis (FSDP x
@@ -140,7 +149,8 @@ class GPT(nnx.Module):
                 x = block(x)
             else:  # keep only what the policy saves; recompute the rest in the backward pass
                 x = nnx.remat(lambda block, x: block(x), policy=self.config.remat)(block, x)
-        return self.tokens.attend(self.norm(x), out_sharding=spec)  # tied output layer
+        # Tied output layer; the logits keep the table's split of the vocabulary.
+        return self.tokens.attend(self.norm(x), out_sharding=P(*batch, vocab))
 
 
 # --8<-- [end:model]
@@ -199,9 +209,16 @@ for name, variable in [
 
 # %% step
 # --8<-- [start:step]
+def cross_entropy(logits, labels):
+    """Mean cross-entropy of integer labels, on logits whose vocabulary may be split: a
+    sum over the vocabulary's devices (logsumexp), and a comparison instead of a gather."""
+    label_logits = jnp.where(jnp.arange(logits.shape[-1]) == labels[..., None], logits, 0.0)
+    return (jax.nn.logsumexp(logits, axis=-1) - label_logits.sum(axis=-1)).mean()
+
+
 def loss_fn(params, graphdef, x, y):
     logits = nnx.merge(graphdef, params)(x).astype(jnp.float32)
-    return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+    return cross_entropy(logits, y)
 
 
 def step(params, opt_state, x, y, graphdef):
@@ -218,33 +235,13 @@ train_step = jax.jit(step, static_argnames="graphdef", donate_argnames=("params"
 
 # %% collectives
 # --8<-- [start:collectives]
-KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
-OP = re.compile(rf"= (.+?) ({'|'.join(KINDS)})(?:-start)?\(")  # -start: the async forms
-SHAPE = re.compile(r"\b(pred|bf16|[fsu]\d+)\[([\d,]*)\]")
-
-
-def result_bytes(shapes):
-    """Bytes of an HLO result type such as `f32[64,64]{1,0}` or a tuple of them."""
-    total = 0
-    for dtype, dims in SHAPE.findall(shapes):
-        itemsize = 1 if dtype == "pred" else 2 if dtype == "bf16" else int(dtype[1:]) // 8
-        total += itemsize * int(np.prod([int(d) for d in dims.split(",") if d]))
-    return total
-
-
 def collectives(compiled):
-    """{kind: (count, bytes of their results on each device)} in a compiled program. Those
-    in the body of a loop (a `lax.scan`) are counted apart: they run once per iteration."""
-    found, hlo, computation = {}, compiled.as_text(), None
-    bodies = set(re.findall(r"\bbody=%?([\w.-]+)", hlo))  # the computations loops repeat
-    for line in hlo.splitlines():
-        if line.endswith("{") and not line[0].isspace():  # a computation begins
-            computation = line.removeprefix("ENTRY ").split()[0].lstrip("%")
-        elif match := OP.search(line):
-            kind = match[2] + (" in loop" if computation in bodies else "")
-            count, size = found.get(kind, (0, 0))
-            found[kind] = (count + 1, size + result_bytes(match[1]))
-    return dict(sorted(found.items()))
+    """One line per kind of collective and size of device group in a compiled program:
+    how many, the bytes of their results, and the bytes each device sends for them."""
+    return [
+        f"{kind} x{count} in groups of {group}: results {size:,} B, sends {sent:,} B"
+        for (kind, group), (count, size, sent) in summarise(compiled).by_group().items()
+    ]
 
 
 # --8<-- [end:collectives]
@@ -284,8 +281,10 @@ for layout in LAYOUTS:
     compiled, losses[layout] = train(layout, params, opt_state)
     print(f"{layout}: loss {losses[layout][0]:.4f} -> {losses[layout][-1]:.4f} in {STEPS} steps")
     print(f"  on device 0: parameters {held[0]:,} B, optimizer state {held[1]:,} B")
-    for kind, (count, size) in collectives(compiled).items():
-        print(f"  {kind} x{count}: {size:,} B")
+    for line in collectives(compiled):
+        print(f"  {line}")
+    sent = sum(collective.sent_bytes for collective in summarise(compiled).collectives)
+    print(f"  each device sends {sent:,} B per step")
 # --8<-- [end:layouts]
 
 # %% reference
@@ -333,6 +332,36 @@ with jax.set_mesh(mesh):
 # --8<-- [end:pitfalls]
 
 
+# %% vocabulary
+# --8<-- [start:vocabulary]
+def output_loss(table, h, y, whole):
+    """The tied output layer and the loss alone, with the logits' vocabulary whole or split."""
+    vocab = None if whole else jax.typeof(table).sharding.spec.partitions[0]
+    logits = jnp.einsum("bte,ve->btv", h, table, out_sharding=P("data", None, vocab))
+    if whole:  # what an integer-label gather needs
+        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+    return cross_entropy(logits, y)
+
+
+def shaped(shape, dtype, spec):  # an argument for .lower(): a type, no data
+    return jax.ShapeDtypeStruct(shape, dtype, sharding=NamedSharding(mesh, spec))
+
+
+# The tensor-parallel layout at a real vocabulary: the table split over "model".
+table = shaped((32768, 64), jnp.float32, P("model", None))
+h = shaped((BATCH, CONTEXT, 64), jnp.float32, P("data"))
+y = shaped((BATCH, CONTEXT), jnp.int32, P("data"))
+with jax.set_mesh(mesh):
+    for whole in (True, False):
+        gradients = jax.jit(jax.grad(output_loss, argnums=(0, 1)), static_argnames="whole")
+        summary = summarise(gradients.lower(table, h, y, whole=whole).compile())
+        label = f"vocabulary of {table.shape[0]:,}, {'whole' if whole else 'split'}"
+        print(f"{label}: temporaries {summary.temp_bytes:,} B")
+        for (kind, group), (count, size, sent) in summary.by_group().items():
+            print(f"  {kind} x{count} in groups of {group}: results {size:,} B, sends {sent:,} B")
+# --8<-- [end:vocabulary]
+
+
 # %% variants
 # --8<-- [start:variants]
 LAYOUT = "FSDP x tensor"  # the layout of every row of the table below
@@ -351,7 +380,7 @@ plain_step = jax.jit(step, static_argnames="graphdef")  # train_step, without do
 
 # %% measure
 # --8<-- [start:measure]
-MICRO = 4  # micro-batches per step, in row 5
+MICRO = 4  # micro-batches per step, in rows 5 to 7
 
 
 def memory_row(label, compiled):
@@ -360,28 +389,30 @@ def memory_row(label, compiled):
     sizes = (memory.argument_size_in_bytes, memory.output_size_in_bytes)
     sizes += (memory.alias_size_in_bytes, memory.temp_size_in_bytes)
     # XLA counts the flops of a loop body once, whatever the number of iterations.
-    looped = any(kind.endswith("in loop") for kind in collectives(compiled))
+    looped = summarise(compiled).counts(in_loop=True)
     mflop = "-" if looped else f"{compiled.cost_analysis()['flops'] / 1e6:.0f}"
     return f"{label:27}" + "".join(f"{size:>11,}" for size in sizes) + f"{mflop:>7}"
 
 
 def collectives_row(label, compiled):
-    """For each kind: how many run once, + MICRO x how many are in the loop; bytes moved."""
-    found, cells, moved = collectives(compiled), [], 0
-    for kind in ("all-gather", "all-reduce", "collective-permute"):
-        once, once_bytes = found.get(kind, (0, 0))
-        looped, looped_bytes = found.get(f"{kind} in loop", (0, 0))
+    """For each kind: how many run once, + MICRO x how many are in the loop; then the
+    bytes each device sends in one step (ring model, group sizes from the HLO)."""
+    summary, cells, sent = summarise(compiled), [], 0
+    for kind in ("all-gather", "all-reduce"):
+        once = summary.counts(in_loop=False).get(kind, 0)
+        looped = summary.counts(in_loop=True).get(kind, 0)
         parts = [f"{once}"] if once or not looped else []
         parts += [f"{MICRO}x{looped}"] if looped else []
         cells.append(" + ".join(parts))
-        moved += once_bytes + MICRO * looped_bytes
-    return f"{label:27}" + "".join(f"{cell:>12}" for cell in cells) + f"{moved:>13,}"
+    for collective in summary.collectives:
+        sent += collective.sent_bytes * (MICRO if collective.in_loop else 1)
+    return f"{label:27}" + "".join(f"{cell:>12}" for cell in cells) + f"{sent:>13,}"
 
 
 MEMORY = f"{'bytes per device':27}{'arguments':>11}{'outputs':>11}{'aliased':>11}"
 MEMORY += f"{'temporary':>11}{'MFLOP':>7}"
 COMMUNICATION = f"{'per device and step':27}{'all-gather':>12}{'all-reduce':>12}"
-COMMUNICATION += f"{'permute':>12}{'bytes moved':>13}"
+COMMUNICATION += f"{'bytes sent':>13}"
 # --8<-- [end:measure]
 
 
@@ -389,17 +420,36 @@ COMMUNICATION += f"{'permute':>12}{'bytes moved':>13}"
 # --8<-- [start:accumulation]
 def without(spec, axes):
     """`spec` with the mesh axes `axes` taken out of every entry."""
-    entries = [() if e is None else (e,) if isinstance(e, str) else e for e in spec]
+    entries = [() if e is None else (e,) if isinstance(e, str) else e for e in spec.partitions]
     kept = [tuple(a for a in entry if a not in axes) for entry in entries]
     return P(*(None if not k else k[0] if len(k) == 1 else k for k in kept))
+
+
+def spec_of(array):
+    return jax.typeof(array).sharding.spec
+
+
+def update(params, opt_state, grads, loss):
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss
+
+
+def accumulate_scan(params, opt_state, xs, ys, graphdef):
+    """A lax.scan over micro-batches: each micro-batch's gradient is reduced over "data"
+    inside the loop, into accumulators split as the parameters are (FSDP2's default)."""
+
+    def micro_step(grads, batch):
+        loss, new = jax.value_and_grad(loss_fn)(params, graphdef, *batch)
+        return jax.tree.map(jnp.add, grads, new), loss
+
+    grads, losses = jax.lax.scan(micro_step, jax.tree.map(jnp.zeros_like, params), (xs, ys))
+    return update(params, opt_state, jax.tree.map(lambda g: g / MICRO, grads), losses.mean())
 
 
 def accumulate_shard_map(params, opt_state, xs, ys, graphdef):
     """Per-device gradients summed over micro-batches, then one reduction: DDP's no_sync()."""
     # FSDP's all-gather, done once for all the micro-batches: whole along "data".
-    whole = jax.tree.map(
-        lambda p: jax.reshard(p, without(jax.typeof(p).sharding.spec, "data")), params
-    )
+    whole = jax.tree.map(lambda p: jax.reshard(p, without(spec_of(p), "data")), params)
 
     @jax.shard_map(in_specs=(P(), P(None, "data")), out_specs=(P(), P()), axis_names={"data"})
     def per_device(whole, batches):
@@ -417,9 +467,35 @@ def accumulate_shard_map(params, opt_state, xs, ys, graphdef):
         return grads, jax.lax.psum(losses.sum(), "data") / n
 
     grads, loss = per_device(whole, (xs, ys))
-    grads = jax.tree.map(lambda g, p: jax.reshard(g, jax.typeof(p).sharding.spec), grads, params)
-    updates, opt_state = tx.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, loss
+    # Back to the parameters' shards: each device keeps its slice of the sum.
+    grads = jax.tree.map(lambda g, p: jax.reshard(g, spec_of(p)), grads, params)
+    return update(params, opt_state, grads, loss)
+
+
+def reduced(param):
+    """Whole along "data", and typed *reduced* over it: its gradient comes out unreduced."""
+    return jax.reshard(param, without(spec_of(param), "data").update(reduced={"data"}))
+
+
+def accumulate_unreduced(params, opt_state, xs, ys, graphdef):
+    """Unreduced gradients added up in a plain lax.scan, then one reduction over "data"."""
+    # The matrices, whole along "data" and reduced over it. The layer norms' 1-D scales and
+    # biases meet the batch elementwise, which JAX refuses for a reduced input: they stay.
+    whole = jax.tree.map(lambda p: reduced(p) if p.ndim > 1 else p, params)
+
+    def micro_step(grads, batch):
+        loss, new = jax.value_and_grad(loss_fn)(whole, graphdef, *batch)
+        return jax.tree.map(jnp.add, grads, new), loss
+
+    def zeros(p):  # typed as the gradients will be: unreduced where `p` is reduced
+        return jnp.zeros(
+            p.shape, out_sharding=spec_of(p).update(reduced=set(), unreduced=spec_of(p).reduced)
+        )
+
+    grads, losses = jax.lax.scan(micro_step, jax.tree.map(zeros, whole), (xs, ys))
+    # The one reduction: each unreduced sum, resharded to its parameter's shards.
+    grads = jax.tree.map(lambda g, p: jax.reshard(g, spec_of(p)) / MICRO, grads, params)
+    return update(params, opt_state, grads, losses.mean())
 
 
 def micro_batches(number):
@@ -430,24 +506,49 @@ def micro_batches(number):
 # --8<-- [end:accumulation]
 
 
+# %% scatter
+# --8<-- [start:scatter]
+def scatter(g):
+    """Sum over "data", each device keeping its half of the columns: a reduce-scatter."""
+    g = jax.lax.pcast(g, "data", to="varying")  # a per-device gradient, as in the loop
+    return jax.lax.psum_scatter(g, "data", scatter_dimension=1, tiled=True)
+
+
+down = shaped((256, 64), jnp.float32, P("model", None))  # a gradient of `down`, whole along "data"
+with jax.set_mesh(mesh):
+    for axes in (("data",), ("data", "model")):  # "model" left Explicit, or made manual too
+        split = "model" if "model" in axes else None
+        scatter_in = jax.shard_map(
+            scatter, in_specs=P(split), out_specs=P(split, "data"), axis_names=set(axes)
+        )
+        try:
+            (line,) = collectives(jax.jit(scatter_in).lower(down).compile())
+        except ValueError as error:  # jax 0.12 cannot lower it with "model" Explicit
+            line = f"{type(error).__name__}: {str(error).split('. ')[0]}."
+        print(f"shard_map over {' and '.join(axes)}: {line}")
+# --8<-- [end:scatter]
+
+
 # %% table
 # --8<-- [start:table]
 bf16 = {"dtype": jnp.bfloat16}
 named = {**bf16, "remat": jax.checkpoint_policies.save_only_these_names("attention")}
 accumulating = {"static_argnames": "graphdef", "donate_argnames": ("params", "opt_state")}
-ROWS = {  # each row adds one technique to the row above
+ROWS = {  # rows 2 to 4 each add one technique to the row above; 5 to 7 accumulate on row 4
     "1 float32": (Config(), plain_step),
     "2 + donation": (Config(), train_step),  # the FSDP x tensor step above: compiled already
     "3 + bfloat16 compute": (Config(**bf16), train_step),
     "4 + remat, names policy": (Config(**named), train_step),
-    "5 + accumulate, shard_map": (Config(**named), jax.jit(accumulate_shard_map, **accumulating)),
+    "5 + accumulate, lax.scan": (Config(**named), jax.jit(accumulate_scan, **accumulating)),
+    "6 + accumulate, shard_map": (Config(**named), jax.jit(accumulate_shard_map, **accumulating)),
+    "7 + accumulate, unreduced": (Config(**named), jax.jit(accumulate_unreduced, **accumulating)),
 }
 batch = NamedSharding(mesh, P("data", None))
 micro = NamedSharding(mesh, P(None, "data", None))  # (micro-batch, sequence, position)
 compiled = {}
 with jax.set_mesh(mesh):
     for label, (config, function) in ROWS.items():
-        if label.startswith("5"):
+        if "accumulate" in label:
             inputs = jax.device_put(micro_batches(0), micro)
         else:
             inputs = jax.device_put(get_batch(0), batch)
@@ -465,6 +566,30 @@ peaks = [
 print(
     f"peak_memory_in_bytes (XLA:CPU, without temporaries): {peaks[0]:,} in row 1, {peaks[1]:,} in row 2"
 )
+
+
+# %% widened
+# --8<-- [start:widened]
+def kinds_and_types(found):
+    """'all-gather bf16 x7, ...': the collectives by kind and element type."""
+    counts = collections.Counter(f"{c.kind} {'+'.join(c.element_types)}" for c in found)
+    return ", ".join(f"{kind} x{count}" for kind, count in sorted(counts.items()))
+
+
+# Row 3 again, with XLA's dump of the program as SPMD partitioning left it: the collectives
+# the JAX program asks for, before XLA:CPU's own passes rewrite them.
+with tempfile.TemporaryDirectory() as folder, jax.set_mesh(mesh):
+    options = {"xla_dump_to": folder, "xla_dump_hlo_pass_re": "spmd-partitioning"}
+    inputs = jax.device_put(get_batch(0), batch)
+    lowered = train_step.lower(params, opt_state, *inputs, graphdef_of(Config(**bf16)))
+    lowered.compile(compiler_options=options)
+    (partitioned,) = pathlib.Path(folder).glob("*after_spmd-partitioning*")
+    asked = find_collectives(partitioned.read_text())
+print(f"row 3, as partitioned: {kinds_and_types(asked)}")
+print(
+    f"row 3, as compiled:    {kinds_and_types(summarise(compiled['3 + bfloat16 compute']).collectives)}"
+)
+# --8<-- [end:widened]
 
 
 # %% policies
@@ -532,10 +657,10 @@ for name in ("bfloat16", "float32, other order"):
 # --8<-- [start:same_losses]
 with jax.set_mesh(mesh):
     losses = {}
-    for label in ("4 + remat, names policy", "5 + accumulate, shard_map"):
-        state, losses[label] = place(initial, LAYOUT), []  # a copy: both steps donate
+    for label in list(ROWS)[3:]:  # row 4, and the three ways to accumulate
+        state, losses[label] = place(initial, LAYOUT), []  # a copy: the steps donate
         for step_number in range(3):
-            if label.startswith("5"):
+            if "accumulate" in label:
                 inputs = jax.device_put(micro_batches(step_number), micro)
             else:
                 inputs = jax.device_put(get_batch(step_number), batch)
@@ -548,24 +673,17 @@ for label, values in losses.items():
 
 # %% unreduced
 # --8<-- [start:unreduced]
-def reduced(param):
-    """Whole along "data", and typed *reduced* over it: its gradient comes out unreduced."""
-    spec = without(jax.typeof(param).sharding.spec, "data")
-    return jax.reshard(param, spec.update(reduced={"data"}))
-
-
-def reduced_loss(params, x, y, graphdef):
+def every_parameter_reduced(params, x, y, graphdef):  # the layer norms' too
     return loss_fn(jax.tree.map(reduced, params), graphdef, x, y)
 
 
 with jax.set_mesh(mesh):
     x, y = jax.device_put(get_batch(0), batch)
-    graphdef = graphdef_of(Config())
+    gradient = jax.jit(jax.grad(every_parameter_reduced), static_argnames="graphdef")
     try:
-        jax.jit(lambda params: jax.grad(reduced_loss)(params, x, y, graphdef)).trace(params)
+        gradient.trace(params, x, y, graphdef_of(Config()))
     except Exception as error:  # a ShardingTypeError, which jax 0.12 does not export
-        first = str(error).split(". ")[0]
-        print(textwrap.fill(f"{type(error).__name__}: {first}.", 88, subsequent_indent="  "))
+        print(textwrap.fill(f"{type(error).__name__}: {error}", 88, subsequent_indent="  "))
 # --8<-- [end:unreduced]
 
 

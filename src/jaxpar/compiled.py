@@ -29,6 +29,24 @@ _CALLEE = re.compile(
 )
 _WHILE_PARTS = re.compile(r"\b(?:body|condition)=%?([\w.-]+)")
 _ARRAY_TYPE = re.compile(r"\b([a-z]+[0-9]*[a-z0-9]*)\[([0-9,]*)\]")
+# The devices each collective runs among, in the three forms XLA prints: a list of groups
+# `{{0,1},{2,3}}`, an iota `[4,2]<=[2,4]T(1,0)` (4 groups of 2), or mesh axes
+# `mesh['data'=2,'model'=4] {'data'}`; `{}` is every device.
+_REPLICA_GROUPS = re.compile(
+    r"\breplica_groups=(?:(?P<empty>\{\})|\{\{(?P<first>[\d,\s]*)\}|"
+    r"\[(?P<iota>[\d,]+)\]<=|mesh\[(?P<mesh>[^\]]*)\]\s*\{(?P<axes>[^}]*)\})"
+)
+_NUM_PARTITIONS = re.compile(r"^HloModule\b.*?\bnum_partitions=(\d+)", re.MULTILINE)
+# Bytes each device sends, as a multiple of its result's size, in a group of n devices,
+# with the ring algorithms NCCL and XLA use for large messages.
+_RING: dict[str, Any] = {
+    "all-reduce": lambda size, n: 2 * size * (n - 1) // n,  # reduce-scatter + all-gather
+    "all-gather": lambda size, n: size * (n - 1) // n,  # the result is the whole
+    "reduce-scatter": lambda size, n: size * (n - 1),  # the input is n results
+    "all-to-all": lambda size, n: size * (n - 1) // n,  # keeps its own 1/n
+    "collective-broadcast": lambda size, n: size * (n - 1) // n,
+}
+_ARRAY_TYPE_NAMES = re.compile(r"\b([a-z]+[0-9]*[a-z0-9]*)\[[0-9,]*\]")
 _BITS = {"pred": 8, "bf16": 16, "c64": 64, "c128": 128, "token": 0}
 
 
@@ -46,8 +64,31 @@ class Collective:
     """Whether it sits in the body of a loop (``lax.scan``, ``fori_loop``, ``while_loop``),
     where it runs once per iteration instead of once per call."""
     asynchronous: bool
-    """Whether it is an asynchronous ``-start``/``-done`` pair, as GPU and TPU compilers
-    emit; XLA:CPU emits the synchronous forms."""
+    """Whether it is an asynchronous ``-start``/``-done`` pair (or runs inside an
+    ``async-start``/``async-done`` pair), as GPU and TPU compilers emit; XLA:CPU emits the
+    synchronous forms."""
+    group_size: int | None = None
+    """How many devices it runs among, from its ``replica_groups``; ``None`` where the
+    HLO does not say (a ``collective-permute``, whose pairs are not groups)."""
+    element_types: tuple[str, ...] = ()
+    """The element types of its result, such as ``("bf16",)``: what goes over the wire,
+    after the backend's own rewrites (XLA:CPU widens bfloat16 collectives to float32)."""
+
+    @property
+    def sent_bytes(self) -> int | None:
+        """The bytes each device sends, by the ring algorithm's count for its kind and
+        group size: an all-reduce of S bytes among n devices sends 2(n-1)/n x S, an
+        all-gather (n-1)/n of its result, a reduce-scatter (n-1) x its result (the input
+        is n results), an all-to-all (n-1)/n; a collective-permute sends its result once.
+        ``None`` where the group size is unknown, and for ``ragged-all-to-all``, whose
+        sizes are not in its type. A model of the traffic, not a measurement: tree and
+        hierarchical algorithms, and a backend's own choices, send other amounts."""
+        if self.kind == "collective-permute":
+            return self.result_bytes
+        ring = _RING.get(self.kind)
+        if ring is None or self.group_size is None:
+            return None
+        return ring(self.result_bytes, self.group_size)
 
 
 @dataclass(frozen=True)
@@ -108,6 +149,29 @@ class CompiledSummary:
                 count, size = found.get(collective.kind, (0, 0))
                 found[collective.kind] = (count + 1, size + collective.result_bytes)
         return dict(sorted(found.items()))
+
+    def by_group(
+        self, *, in_loop: bool | None = None
+    ) -> dict[tuple[str, int | None], tuple[int, int, int | None]]:
+        """``{(kind, group size): (count, result bytes, sent bytes)}``, sorted by kind and
+        group size: the collectives of each kind among groups of each size, the sizes of
+        their results, and the bytes each device sends by the ring model of
+        :attr:`Collective.sent_bytes` (``None`` if that is unknown for one of them).
+
+        Args:
+            in_loop: as in :meth:`counts`.
+        """
+        if in_loop is not None and not isinstance(in_loop, bool):
+            raise TypeError(f"in_loop must be True, False or None, got {in_loop!r}.")
+        found: dict[tuple[str, int | None], tuple[int, int, int | None]] = {}
+        for collective in self.collectives:
+            if in_loop is None or collective.in_loop == in_loop:
+                key = (collective.kind, collective.group_size)
+                count, size, sent = found.get(key, (0, 0, 0))
+                more = collective.sent_bytes
+                sent = None if sent is None or more is None else sent + more
+                found[key] = (count + 1, size + collective.result_bytes, sent)
+        return dict(sorted(found.items(), key=lambda item: (item[0][0], item[0][1] or 0)))
 
     def __str__(self) -> str:
         """A few lines: the memory parts, then each kind of collective."""
@@ -235,8 +299,11 @@ def find_collectives(hlo: str) -> list[Collective]:
             "whole module, as compiled.as_text() returns it."
         )
     looped = _computations_in_loops(computations)
-    done_bytes: dict[str, int] = {}  # an async -start's name -> the size of its -done result
-    found: list[tuple[str, str, str, bool, bool]] = []
+    wrapped = _computations_in_async_pairs(computations)
+    partitions = _NUM_PARTITIONS.search(hlo)
+    devices = int(partitions.group(1)) if partitions else None
+    done_types: dict[str, str] = {}  # an async -start's name -> its -done's result type
+    found: list[tuple[str, str, str, bool, bool, int | None, bool]] = []
     for computation, instructions in computations.items():
         for name, rest in instructions:
             opcode, result_type = _opcode_and_type(rest)
@@ -245,24 +312,31 @@ def find_collectives(hlo: str) -> list[Collective]:
             if opcode.endswith("-done"):
                 operand = re.search(r"-done\(\s*%?([\w.-]+)", rest)
                 if operand:
-                    done_bytes[operand.group(1)] = _type_bytes(result_type)
+                    done_types[operand.group(1)] = result_type
                 continue
             kind = opcode.removesuffix("-start")
             if kind in COLLECTIVE_KINDS:
-                asynchronous = opcode.endswith("-start")
-                found.append((kind, name, result_type, computation in looped, asynchronous))
-    return [
-        Collective(
-            kind=kind,
-            name=name,
-            result_bytes=done_bytes.get(name, _type_bytes(result_type))
-            if asynchronous
-            else _type_bytes(result_type),
-            in_loop=in_loop,
-            asynchronous=asynchronous,
+                paired = opcode.endswith("-start")
+                asynchronous = paired or computation in wrapped
+                group = _group_size(rest, devices)
+                entry = (kind, name, result_type, computation in looped, asynchronous, group)
+                found.append(entry + (paired,))
+    collectives = []
+    for kind, name, result_type, in_loop, asynchronous, group, paired in found:
+        if paired:  # the -start's tuple holds its operands too: read the -done's result
+            result_type = done_types.get(name, result_type)
+        collectives.append(
+            Collective(
+                kind=kind,
+                name=name,
+                result_bytes=_type_bytes(result_type),
+                in_loop=in_loop,
+                asynchronous=asynchronous,
+                group_size=group,
+                element_types=tuple(dict.fromkeys(_ARRAY_TYPE_NAMES.findall(result_type))),
+            )
         )
-        for kind, name, result_type, in_loop, asynchronous in found
-    ]
+    return collectives
 
 
 def _check_compiled(compiled: Any) -> None:
@@ -347,6 +421,33 @@ def _computations_in_loops(computations: dict[str, list[tuple[str, str]]]) -> se
             looped.add(computation)
             pending.extend(callees.get(computation, ()))
     return looped
+
+
+def _computations_in_async_pairs(computations: dict[str, list[tuple[str, str]]]) -> set[str]:
+    """The computations that an ``async-start`` runs: GPU and TPU compilers wrap a
+    reduce-scatter or an all-to-all in one, and the collective inside is asynchronous."""
+    wrapped = set()
+    for instructions in computations.values():
+        for _, rest in instructions:
+            if _opcode_and_type(rest)[0] == "async-start":
+                wrapped.update(re.findall(r"\bcalls=%?([\w.-]+)", rest))
+    return wrapped
+
+
+def _group_size(rest: str, devices: int | None) -> int | None:
+    """How many devices a collective runs among, from the text after its `=`."""
+    match = _REPLICA_GROUPS.search(rest)
+    if match is None:
+        return None
+    if match["empty"]:
+        return devices
+    if match["first"] is not None:
+        return len(re.findall(r"\d+", match["first"])) or devices
+    if match["iota"]:
+        return int(match["iota"].split(",")[-1])
+    sizes = dict(re.findall(r"'([^']+)'=(\d+)", match["mesh"]))
+    axes = re.findall(r"'([^']+)'", match["axes"]) or list(sizes)
+    return math.prod(int(sizes[axis]) for axis in axes if axis in sizes)
 
 
 def _opcode_and_type(rest: str) -> tuple[str | None, str]:
