@@ -16,7 +16,7 @@ export NO_MKDOCS_2_WARNING := 1
 export UV_PYTHON_DOWNLOADS := never
 export PYTHONPATH := tools
 
-.PHONY: help serve build test test-browser links test-latest outputs diagrams vendor lock check-python clean
+.PHONY: help serve build test test-all test-browser links test-latest outputs diagrams vendor lock check-python clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -27,8 +27,11 @@ serve: $(VENV)/.installed ## the site in every language at http://127.0.0.1:8000
 build: $(VENV)/.installed ## the whole site, every language, into site/ (strict)
 	$(BIN)/mkdocs build --strict
 
-test: $(VENV)/.installed ## every check that CI runs
+test: $(VENV)/.installed ## every check that CI runs, reusing the results whose inputs are unchanged
 	$(BIN)/pytest
+
+test-all: $(VENV)/.installed ## every check that CI runs, reusing nothing (as CI=true does)
+	$(BIN)/pytest --no-reuse
 
 test-browser: $(VENV)/.installed ## only the browser tests (headless Chromium; make test runs them too)
 	$(BIN)/pytest -m browser -n 0

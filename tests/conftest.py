@@ -12,6 +12,9 @@ from sitebuild import start_shared_build, wait_for_shared_build  # noqa: E402
 
 jax.config.update("jax_num_cpu_devices", 8)
 
+# Reuse the results of tests whose inputs have not changed since they passed (tests/reuse.py).
+pytest_plugins = ["reuse"]
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The snippet runs, the longest tests, go first; those that read the built site last,

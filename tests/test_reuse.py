@@ -1,0 +1,176 @@
+"""Reusing test results: a change to each kind of input runs again exactly the tests that
+depend on it, and CI=true (or --no-reuse) reuses nothing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from sitetools import REPO, testcache
+
+FILES = {
+    "uv.lock": "lock",
+    "docs/en/index.md": "en",
+    "docs/zh/index.md": "zh",
+    "snippets/basics/a.py": "a",
+    "snippets/basics/a.out": "a out",
+    "snippets/training_step/gpt.py": "gpt",
+    "src/jaxpar/batching.py": "jaxpar",
+    "tools/sitetools/snippets.py": "runner",
+    "tools/sitetools/hant.py": "hant",
+    "tests/test_site.py": "site tests",
+    "tests/test_snippets.py": "snippet tests",
+    "tests/test_launch.py": "launch tests",
+}
+SNIPPET_A = REPO / "snippets/basics/a.py"
+TESTS = {  # a test of each kind: (module, name, parameters)
+    "site": ("test_site.py", "test_languages_have_the_same_pages", {}),
+    "snippet a": (
+        "test_snippets.py",
+        "test_snippet_output_matches_recording",
+        {"snippet": SNIPPET_A},
+    ),
+    "snippet gpt": (
+        "test_snippets.py",
+        "test_snippet_output_matches_recording",
+        {"snippet": REPO / "snippets/training_step/gpt.py"},
+    ),
+    "fewer devices": ("test_snippets.py", "test_snippets_run_on_fewer_devices", {"devices": 1}),
+    "launcher": ("test_launch.py", "test_a_rank_that_fails_stops_the_run", {}),
+}
+
+
+def keys(files: dict[str, str]) -> dict[str, str]:
+    return {
+        kind: testcache.key(testcache.inputs(module, name, params), files)
+        for kind, (module, name, params) in TESTS.items()
+    }
+
+
+@pytest.mark.parametrize(
+    "edited, expected",
+    [
+        ("docs/en/index.md", {"site"}),  # an English page
+        ("docs/zh/index.md", {"site"}),  # a Chinese page
+        ("snippets/basics/a.out", {"site", "snippet a", "fewer devices"}),  # a recording
+        ("snippets/training_step/gpt.py", {"site", "snippet gpt", "fewer devices"}),  # a snippet
+        ("src/jaxpar/batching.py", set(TESTS)),  # a jaxpar module
+        ("tools/sitetools/snippets.py", set(TESTS)),  # the snippet runner
+        ("tools/sitetools/hant.py", {"site", "launcher"}),  # other site machinery
+        ("tests/test_snippets.py", {"snippet a", "snippet gpt", "fewer devices"}),  # a test module
+        ("uv.lock", set(TESTS)),  # the lock file
+    ],
+)
+def test_an_edit_changes_the_keys_of_exactly_the_tests_that_read_it(edited, expected):
+    before = keys(FILES)
+    after = keys(FILES | {edited: FILES[edited] + " edited"})
+    assert {kind for kind in TESTS if before[kind] != after[kind]} == expected
+
+
+def test_a_new_file_changes_the_keys_that_read_its_folder():
+    before = keys(FILES)
+    after = keys(FILES | {"snippets/basics/b.py": "new"})
+    assert {kind for kind in TESTS if before[kind] != after[kind]} == {
+        "site",
+        "snippet a",
+        "fewer devices",
+    }
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda monkeypatch: monkeypatch.setattr(sys, "version", "3.13.0 (another Python)"),
+        lambda monkeypatch: monkeypatch.setattr(testcache, "CPU_FEATURES", frozenset({"__none__"})),
+        lambda monkeypatch: monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_max_isa=AVX2"),
+    ],
+    ids=["python", "cpu-features", "xla-flags"],
+)
+def test_the_machine_changes_every_key(monkeypatch, change):
+    before = keys(FILES)
+    testcache.machine.cache_clear()
+    testcache._key.cache_clear()
+    change(monkeypatch)
+    try:
+        after = keys(FILES)
+    finally:
+        testcache.machine.cache_clear()
+        testcache._key.cache_clear()
+    assert all(before[kind] != after[kind] for kind in TESTS)
+
+
+PROJECT_TEST = """
+    from pathlib import Path
+    def test_reads_a():
+        assert Path("data/a.txt").read_text() == "a"
+    def test_reads_b():
+        assert Path("data/b.txt").read_text() == "b"
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A git project with the site's test machinery and two tests of its own."""
+    for name in ("tools/sitetools", "tests/reuse.py", "pyproject.toml", "uv.lock"):
+        source = REPO / name
+        if source.is_dir():
+            shutil.copytree(source, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, tmp_path / name)
+    (tmp_path / "tests/conftest.py").write_text('pytest_plugins = ["reuse"]\n')
+    (tmp_path / "tests/test_project.py").write_text(textwrap.dedent(PROJECT_TEST))
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data/a.txt").write_text("a")
+    (tmp_path / "data/b.txt").write_text("b")
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    # This module's inputs: its own tests read data/a.txt and data/b.txt.
+    module = tmp_path / "tools/sitetools/testcache.py"
+    module.write_text(
+        module.read_text(encoding="utf-8")
+        + '\nNARROWER[("test_project.py", "test_reads_a")] = lambda _: ("data/a.txt",)\n'
+        + 'NARROWER[("test_project.py", "test_reads_b")] = lambda _: ("data/b.txt",)\n',
+        encoding="utf-8",
+    )
+    return tmp_path
+
+
+def pytest_in(project: Path, *args: str, ci: bool = False) -> str:
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_XDIST_WORKER")}
+    env |= {"PYTHONPATH": str(project / "tools"), **({"CI": "true"} if ci else {})}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "0", "-q", *args],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return next(line for line in done.stdout.splitlines() if line.startswith("results:"))
+
+
+def test_make_test_runs_only_what_an_edit_can_affect_and_ci_runs_everything(project):
+    assert pytest_in(project).startswith("results: reused 0 whose inputs are unchanged")
+    assert pytest_in(project).startswith(
+        "results: reused 2 whose inputs are unchanged since they passed, ran 0"
+    )
+    (project / "data/b.txt").write_text("b")  # the same contents: nothing to run
+    assert ", ran 0 " in pytest_in(project)
+    (project / "data/b.txt").write_text("b\n".strip())
+    (project / "data/a.txt").write_text("a ")  # now test_reads_a fails...
+    with pytest.raises(AssertionError, match="1 failed"):
+        pytest_in(project)
+    (project / "data/a.txt").write_text("a")  # ...and runs again until it passes
+    assert pytest_in(project).startswith(
+        "results: reused 1 whose inputs are unchanged since they passed, ran 1"
+    )
+    assert pytest_in(project, ci=True) == "results: reused none (CI=true or --no-reuse), ran 2"
+    assert pytest_in(project, "--no-reuse") == "results: reused none (CI=true or --no-reuse), ran 2"
+    assert ", ran 0 " in pytest_in(project)  # CI=true neither reads nor forgets the results
+    assert ", ran 2 " in pytest_in(project, "--cache-clear")
