@@ -95,17 +95,22 @@ SMALL_PAGES = ["glossary.md"]  # it links to no other page
 SMALL_SNIPPET = "data_parallel/linear_regression"
 
 
-def copy_project(target: Path) -> Path:
-    """A small copy of the site, to break on purpose: two pages and one snippet per language."""
-    target.mkdir(parents=True, exist_ok=True)
-    terms = hant.TERMS_FILE.relative_to(REPO)
-    for name in ["src", "tools", "overrides", "docs/languages.yml", str(terms)]:
+def copy_files(names: list[str], target: Path) -> None:
+    """Files and folders of the repository (by relative name) into ``target``."""
+    for name in names:
         source = REPO / name
         if source.is_dir():
             shutil.copytree(source, target / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             (target / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target / name)
+
+
+def copy_project(target: Path) -> Path:
+    """A small copy of the site, to break on purpose: two pages and one snippet per language."""
+    target.mkdir(parents=True, exist_ok=True)
+    terms = hant.TERMS_FILE.relative_to(REPO)
+    copy_files(["src", "tools", "overrides", "docs/languages.yml", str(terms)], target)
     for language in load_languages().values():
         folder = language.docs_dir.relative_to(REPO)  # a converted language has none
         for page in SMALL_PAGES:

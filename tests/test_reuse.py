@@ -4,13 +4,13 @@ depend on it, and CI=true (or --no-reuse) reuses nothing."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from sitebuild import copy_files
 from sitetools import REPO, testcache
 
 FILES = {
@@ -116,13 +116,7 @@ PROJECT_TEST = """
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A git project with the site's test machinery and two tests of its own."""
-    for name in ("tools/sitetools", "tests/reuse.py", "pyproject.toml", "uv.lock"):
-        source = REPO / name
-        if source.is_dir():
-            shutil.copytree(source, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, tmp_path / name)
+    copy_files(["tools/sitetools", "tests/reuse.py", "pyproject.toml", "uv.lock"], tmp_path)
     (tmp_path / "tests/conftest.py").write_text('pytest_plugins = ["reuse"]\n')
     (tmp_path / "tests/test_project.py").write_text(textwrap.dedent(PROJECT_TEST))
     (tmp_path / "data").mkdir()
