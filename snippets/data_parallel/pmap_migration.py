@@ -2,7 +2,11 @@
 
 Every row of the migration table on the page comes from here: the old call (or the fact
 that it is gone in JAX 0.12) and today's equivalent, with a check that both give the same
-values. Every `shard_map` runs inside `jax.jit`, as code to copy should. The meshes are
+values. Two idioms give other numbers once ported, without an error, and the script shows
+how: random keys (one key under `jax.jit`, `fold_in` inside `shard_map`) and BatchNorm
+statistics (per device under pmap, global under `jax.jit`). Flax's `unreplicate` is
+shown reading device 0's shard. Every `shard_map` runs inside `jax.jit`, as code to copy
+should. The meshes are
 sized from `jax.device_count()`: 8 simulated CPU devices here, or a machine's accelerators.
 """
 
