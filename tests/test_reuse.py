@@ -15,9 +15,14 @@ from sitetools import REPO, testcache
 
 FILES = {
     "uv.lock": "lock",
-    "docs/en/index.md": "en",
-    "docs/zh/index.md": "zh",
+    "mkdocs.yml": "settings",
+    "docs/en/index.md": "en home",
+    "docs/en/index.md#title": "en home title",
+    "docs/en/basics/b.md": "en page",
+    "docs/zh/index.md": "zh home",
+    "docs/ko/index.md": "ko home",
     "snippets/basics/a.py": "a",
+    "snippets/basics/a.py#title": "a title",
     "snippets/basics/a.out": "a out",
     "snippets/training_step/gpt.py": "gpt",
     "src/jaxpar/batching.py": "jaxpar",
@@ -42,7 +47,28 @@ TESTS = {  # a test of each kind: (module, name, parameters)
     ),
     "fewer devices": ("test_snippets.py", "test_snippets_run_on_fewer_devices", {"devices": 1}),
     "launcher": ("test_launch.py", "test_a_rank_that_fails_stops_the_run", {}),
+    "home en": (
+        "test_browser.py",
+        "test_page_loads_cleanly_and_accessibly",
+        {"kind": "home", "code": "en"},
+    ),
+    "home ko": (
+        "test_browser.py",
+        "test_page_loads_cleanly_and_accessibly",
+        {"kind": "home", "code": "ko"},
+    ),
+    "search ko": (
+        "test_browser.py",
+        "test_search_finds_pages_of_its_own_language_only",
+        {"code": "ko"},
+    ),
+    "notebook a": (
+        "test_site.py",
+        "test_notebook_page_and_download_in_every_language",
+        {"snippet": SNIPPET_A},
+    ),
 }
+SITE = {"site", "home en", "home ko", "search ko", "notebook a"}  # what the theme and tools make
 
 
 def keys(files: dict[str, str]) -> dict[str, str]:
@@ -55,13 +81,17 @@ def keys(files: dict[str, str]) -> dict[str, str]:
 @pytest.mark.parametrize(
     "edited, expected",
     [
-        ("docs/en/index.md", {"site"}),  # an English page
+        ("docs/en/basics/b.md", {"site", "search ko"}),  # an English page: in ko's search too
+        ("docs/en/index.md", {"site", "home en", "home ko", "search ko"}),  # ko falls back to it
+        ("docs/en/index.md#title", SITE),  # in every nav
         ("docs/zh/index.md", {"site"}),  # a Chinese page
-        ("snippets/basics/a.out", {"site", "snippet a", "fewer devices"}),  # a recording
+        ("snippets/basics/a.out", {"site", "snippet a", "fewer devices", "notebook a"}),
         ("snippets/training_step/gpt.py", {"site", "snippet gpt", "fewer devices"}),  # a snippet
-        ("src/jaxpar/batching.py", set(TESTS)),  # a jaxpar module
+        ("snippets/basics/a.py#title", SITE | {"snippet a", "fewer devices"}),  # in every nav
+        ("src/jaxpar/batching.py", set(TESTS) - {"home en", "home ko", "notebook a"}),
         ("tools/sitetools/snippets.py", set(TESTS)),  # the snippet runner
-        ("tools/sitetools/hant.py", {"site", "launcher"}),  # other site machinery
+        ("tools/sitetools/hant.py", SITE | {"launcher"}),  # other site machinery
+        ("mkdocs.yml", SITE),
         ("tests/test_snippets.py", {"snippet a", "snippet gpt", "fewer devices"}),  # a test module
         ("uv.lock", set(TESTS)),  # the lock file
     ],
@@ -80,6 +110,20 @@ def test_a_new_file_changes_the_keys_that_read_its_folder():
         "snippet a",
         "fewer devices",
     }
+
+
+def test_a_commit_changes_only_what_reads_the_history():
+    before = keys(FILES | {"git:HEAD": "1"})
+    after = keys(FILES | {"git:HEAD": "2"})
+    assert {kind for kind in TESTS if before[kind] != after[kind]} == set()
+    status = (
+        "test_browser.py",
+        "test_page_loads_cleanly_and_accessibly",
+        {"kind": "status", "code": "ko"},
+    )
+    assert testcache.key(testcache.inputs(*status), FILES | {"git:HEAD": "1"}) != testcache.key(
+        testcache.inputs(*status), FILES | {"git:HEAD": "2"}
+    )
 
 
 @pytest.mark.parametrize(

@@ -73,7 +73,10 @@ CPU_FEATURES = frozenset(
 
 
 def tracked_files() -> dict[str, str]:
-    """Every file of the working tree that git tracks or would track -> its SHA-256."""
+    """Every file of the working tree that git tracks or would track -> its SHA-256; and
+    for each page and snippet, ``<name>#title`` -> the SHA-256 of its title (a page's first
+    heading, a snippet's first line), which every page of its language shows in the nav;
+    and ``git:HEAD`` -> the commit checked out, which dates pages and translations."""
     return dict(_tracked_files())
 
 
@@ -88,9 +91,24 @@ def _tracked_files() -> tuple[tuple[str, str], ...]:
     digests = []
     for name in sorted(set(filter(None, listing.split("\0")))):
         path = REPO / name
-        if path.is_file():
-            digests.append((name, hashlib.sha256(path.read_bytes()).hexdigest()))
+        if not path.is_file():
+            continue
+        content = path.read_bytes()
+        digests.append((name, hashlib.sha256(content).hexdigest()))
+        if name.startswith(("docs/", "snippets/")) and name.endswith((".md", ".py")):
+            digests.append((f"{name}#title", hashlib.sha256(_title(content)).hexdigest()))
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True)
+    digests.append(("git:HEAD", head.stdout.decode().strip()))
     return tuple(digests)
+
+
+def _title(content: bytes) -> bytes:
+    """A page's first heading, or a snippet's first line (its docstring's title)."""
+    lines = content.splitlines()
+    headings = [line for line in lines if line.startswith(b"# ")]
+    return (
+        headings[0] if headings and not lines[0].startswith(b'"""') else lines[0] if lines else b""
+    )
 
 
 @functools.cache
@@ -137,10 +155,63 @@ def _key(patterns: tuple[str, ...], files: tuple[tuple[str, str], ...]) -> str:
 def inputs(module: str, name: str, params: dict[str, object]) -> tuple[str, ...]:
     """The files a test's result depends on: its module, and :data:`NARROWER`'s inputs for
     it, or :data:`EVERYTHING`."""
-    for (wanted_module, prefix), narrower in NARROWER.items():
-        if module == wanted_module and name.startswith(prefix):
+    for (wanted_module, wanted_name), narrower in NARROWER.items():
+        if module == wanted_module and wanted_name in (name, ""):
             return (f"tests/{module}", *narrower(params))
     return (f"tests/{module}", *EVERYTHING)
+
+
+# What every built page is made with besides its own source: the theme, the build's tools,
+# the languages and the 繁體中文 terms.
+THEME = (
+    "mkdocs.yml",
+    "overrides/*",
+    "tools/*",
+    "docs/languages.yml",
+    "docs/zh-hant-terms.yml",
+    "docs/diagrams/*",
+)
+# The sources of each page type the browser tests load (sitetools.weight.PAGE_TYPES).
+PAGE_SOURCES = {
+    "home": ("docs/{language}/index.md", "docs/en/index.md"),
+    "tutorial": (
+        "docs/{language}/data-parallel/first-example.md",
+        "docs/en/data-parallel/first-example.md",
+        "snippets/data_parallel/*",
+    ),
+    "notebook": ("snippets/data_parallel/linear_regression.*",),
+    "api": ("docs/{language}/api/profiles.md", "docs/en/api/profiles.md", *JAXPAR),
+    "status": (*EVERYTHING, "git:HEAD"),  # every page's state
+    "404": (),
+}
+
+
+def _source_language(code: str) -> str:
+    from sitetools.i18n import load_languages
+
+    return load_languages()[code].converted_from or code
+
+
+def _loaded_page(params: dict[str, object]) -> tuple[str, ...]:
+    """A page type in one language: the browser loads that page, made with the theme and the
+    nav (every page's title); its search index is a stub here (the search test loads the
+    real one), so no other page's text."""
+    language = _source_language(str(params["code"]))
+    sources = (pattern.format(language=language) for pattern in PAGE_SOURCES[str(params["kind"])])
+    titles = (f"docs/{language}/*#title", "docs/en/*#title", "snippets/*#title")
+    return (*THEME, *titles, *sources)
+
+
+def _searched_language(params: dict[str, object]) -> tuple[str, ...]:
+    """A language's search: every page of it (and English, for pages not translated)."""
+    language = _source_language(str(params["code"]))
+    return (*THEME, f"docs/{language}/*", "docs/en/*", *JAXPAR, "snippets/*#title")
+
+
+def _notebook(params: dict[str, object]) -> tuple[str, ...]:
+    """A snippet's notebook page in every language: the snippet and its recording."""
+    snippet = Path(str(params["snippet"])).resolve().relative_to(REPO).with_suffix("")
+    return (*THEME, "docs/*#title", "snippets/*#title", f"{snippet.as_posix()}.*")
 
 
 def _snippet_folder(params: dict[str, object]) -> tuple[str, ...]:
@@ -155,7 +226,8 @@ def _example_file(params: dict[str, object]) -> tuple[str, ...]:
     return (path, *JAXPAR)
 
 
-# Module, test-name prefix -> the inputs of those tests, from their parameters.
+# (Module, test function, or "" for every test of the module) -> the inputs of those tests,
+# from their parameters.
 NARROWER: dict[tuple[str, str], Callable[[dict[str, object]], tuple[str, ...]]] = {
     ("test_snippets.py", "test_snippet_output_matches_recording"): _snippet_folder,
     ("test_snippets.py", "test_snippets_run_on_fewer_devices"): lambda _: (
@@ -163,7 +235,11 @@ NARROWER: dict[tuple[str, str], Callable[[dict[str, object]], tuple[str, ...]]] 
         *JAXPAR,
         *SNIPPET_RUNNER,
     ),
-    ("test_examples.py", "test_example["): _example_file,
+    ("test_examples.py", "test_example"): _example_file,
+    ("test_browser.py", "test_page_loads_cleanly_and_accessibly"): _loaded_page,
+    ("test_browser.py", "test_search_finds_pages_of_its_own_language_only"): _searched_language,
+    ("test_site.py", "test_notebook_page_and_download_in_every_language"): _notebook,
+    ("test_status.py", ""): lambda _: (*EVERYTHING, "git:HEAD"),
     ("test_launch.py", ""): lambda _: (*JAXPAR, "tools/sitetools/*"),
     ("test_launch_jax.py", ""): lambda _: (*JAXPAR, "tools/sitetools/*"),
     ("test_jaxpar.py", ""): lambda _: JAXPAR,
