@@ -126,7 +126,10 @@ def test_each_cause_compiles_once_and_says_why():
 
 
 def test_a_traced_learning_rate_compiles_once():
-    assert COMPILING["fix"] == "train_step_lr with 3 learning rates: compiled 1 time\n"
+    assert COMPILING["fix"] == (
+        "train_step_lr with 3 learning rates: compiled 1 time\n"
+        "then an np.float32 learning rate: compiled 1 time\n"  # weak type -> strong type
+    )
 
 
 def test_the_second_process_reads_what_the_first_wrote():

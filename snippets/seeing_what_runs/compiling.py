@@ -138,6 +138,10 @@ with jax.set_mesh(mesh):
     for lr in (0.1, 0.05, 0.01):
         params, opt_state, loss = train_step_lr(params, opt_state, batch, lr)
 print(f"train_step_lr with 3 learning rates: compiled {len(compiles) - before} time")
+before = len(compiles)
+with jax.set_mesh(mesh):  # the same value as an array: a float32 that is not weakly typed
+    params, opt_state, loss = train_step_lr(params, opt_state, batch, np.float32(0.01))
+print(f"then an np.float32 learning rate: compiled {len(compiles) - before} time")
 logging.getLogger("jax").removeHandler(reasons)
 jax.monitoring.unregister_event_duration_listener(on_event)
 # --8<-- [end:fix]

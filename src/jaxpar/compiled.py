@@ -118,7 +118,10 @@ class CompiledSummary:
     @property
     def total_bytes(self) -> int | None:
         """Arguments + outputs − aliased + temporaries: what one call holds on a device at
-        most, counting every temporary as live at once. Note that
+        most. XLA packs the temporaries by their lifetimes already; the sum is an upper
+        bound in that it adds the three parts as if all were alive at once. On XLA:CPU the
+        temporaries leave out the buffers of library calls XLA hands whole subgraphs to
+        (``ynn_fusion``), so read them as a lower bound there. Note that
         ``memory_analysis().peak_memory_in_bytes`` leaves the temporaries out on XLA:CPU."""
         parts = (self.argument_bytes, self.output_bytes, self.alias_bytes, self.temp_bytes)
         if any(part is None for part in parts):
