@@ -2,12 +2,16 @@
 
 Four splits written with `jax.shard_map` and the collectives they need, each on the 8
 simulated CPU devices and checked against the same computation unsplit: a GPipe pipeline
-of 8 stages on a "stage" axis (forward and backward, and its bubble), the all-gather
-matmul rewritten as a ring of `ppermute` steps, causal ring attention over a sequence
-split on "seq" (contiguous and zig-zag layouts), and a mixture-of-experts layer with one
-expert per device, exchanging tokens with `all_to_all` at a fixed capacity. For each, the
-collectives of the compiled program (read with `jaxpar.summarise`, on XLA:CPU) beside the
-bytes the textbook formula for that pattern gives.
+of 8 stages on a "stage" axis (forward and backward, its bubble, and the NaN gradients a
+layer undefined at zero gives in the bubble unless its input is masked first), the
+all-gather matmul rewritten as a ring of `ppermute` steps, causal ring attention over a
+sequence split on "seq" (contiguous and zig-zag layouts, beside all-gather context
+parallelism), and a mixture-of-experts layer with one expert per device, exchanging tokens
+with `all_to_all` at a fixed capacity (and what its one-hot routing costs as the tokens
+routed together grow, beside routing in groups and sorting by expert for
+`jax.lax.ragged_dot`). For each, the collectives of the compiled program (read with
+`jaxpar.summarise`, on XLA:CPU) beside the bytes the textbook formula for that pattern
+gives.
 """
 
 # needs 8 devices: 8 stages, 8 sequence blocks and 8 experts, one per device; elsewhere run it with JAX_PLATFORMS=cpu
