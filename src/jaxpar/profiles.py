@@ -7,6 +7,18 @@ compiled module (``args.hlo_module``), its start and duration in microseconds, a
 the device it ran for (``args.device_ordinal``). This module reads those events, sums them
 per operation and device, and draws them as a small SVG timeline, with nothing but the
 standard library.
+
+Tested on XLA:CPU traces, where one event is one run of one HLO instruction on one device.
+GPU and TPU traces are read by the same rules (``/device:GPU:N`` processes), but that is
+tested only on hand-written traces: there the device events are kernels on stream lines,
+one HLO operation can launch several (library calls, NCCL) or none (a ``-done``), and
+collectives fused under other names are not recognised by :data:`COLLECTIVE`. Read counts
+and shares from such traces with that in mind.
+
+The JSON file is read rather than ``jax.profiler.ProfileData`` (``with
+jax.profiler.trace(None) as session: session.profile_data``) because, in jaxlib 0.12.0.1,
+reading an event's ``stats`` there emits a ``DeprecationWarning`` that aborts a process
+run with ``-W error::DeprecationWarning``.
 """
 
 from __future__ import annotations
