@@ -15,6 +15,7 @@ import jax
 
 jax.config.update("jax_num_cpu_devices", 8)
 # needs 8 devices: it restores the 8 shards of the 2 x 4-device run onto a 2 x 4 mesh of another layout; elsewhere run it with JAX_PLATFORMS=cpu
+# numbers within 1e-5 in cells crash, resume, compare: XLA:CPU vectorises float32 sums for the CPU's vector width (AVX2 or AVX512), so losses printed to float32's last digit differ between CPUs
 
 # %% setup
 # --8<-- [start:setup]
