@@ -34,7 +34,9 @@ def ids(snippets: list[Path]) -> list[str]:
 
 IDS = ids(SNIPPETS)
 # What a reader needs installed to run a snippet copied into an empty folder.
-ALLOWED_IMPORTS = {"jax", "flax", "optax", "orbax", "grain", "numpy", "rich", "sklearn"}
+# absl comes with grain, whose worker processes need its flags marked as parsed (grain
+# issue 1355): snippets/checkpoints/workers.py does so.
+ALLOWED_IMPORTS = {"jax", "flax", "optax", "orbax", "grain", "absl", "numpy", "rich", "sklearn"}
 DEVICE_LINES = ["import jax", 'jax.config.update("jax_num_cpu_devices", 8)']
 # Multi-process snippets get their devices from `python -m jaxpar.launch` instead.
 LAUNCHED_LINES = [
