@@ -290,3 +290,24 @@ class TestGroupsAndTraffic:
         (collective,) = summarise(compiled).collectives
         assert (collective.kind, collective.group_size) == ("all-reduce", 4)  # over "model"
         assert collective.sent_bytes == 2 * collective.result_bytes * 3 // 4
+
+
+class TestRunsPerCall:
+    def test_a_collective_in_nested_scans_runs_the_product_of_their_lengths(self, mesh):
+        x = jax.device_put(jnp.ones((3, 4, 64)), NamedSharding(mesh, P(None, None, "data")))
+
+        def per_row(x):  # a scan over 3, around a scan over 4: 12 sums over the devices
+            def outer(carry, rows):
+                return carry, jax.lax.scan(lambda c, row: (c, row.sum()), 0.0, rows)[1]
+
+            return jax.lax.scan(outer, 0.0, x)[1], x.sum()
+
+        with jax.set_mesh(mesh):
+            summary = summarise(jax.jit(per_row).lower(x).compile())
+        runs = sorted((c.in_loop, c.runs) for c in summary.collectives)
+        assert runs == [(False, 1), (True, 12)]
+
+    def test_a_loop_without_a_known_trip_count(self):
+        found = {c.name: c for c in find_collectives(ASYNC_HLO)}
+        assert found["all-reduce.9"].runs is None  # the hand-written loop has no count
+        assert found["all-gather-start"].runs == 1

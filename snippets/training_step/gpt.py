@@ -396,17 +396,14 @@ def memory_row(label, compiled):
 
 
 def collectives_row(label, compiled):
-    """For each kind: how many run once, + MICRO x how many are in the loop; then the
-    bytes each device sends in one step (ring model, group sizes from the HLO)."""
-    summary, cells, sent = summarise(compiled), [], 0
+    """For each kind: how many run once, + N x how many run N times a step (those in the
+    loop over micro-batches); then the bytes each device sends in one step."""
+    found, cells = summarise(compiled).collectives, []
     for kind in ("all-gather", "all-reduce"):
-        once = summary.counts(in_loop=False).get(kind, 0)
-        looped = summary.counts(in_loop=True).get(kind, 0)
-        parts = [f"{once}"] if once or not looped else []
-        parts += [f"{MICRO}x{looped}"] if looped else []
-        cells.append(" + ".join(parts))
-    for collective in summary.collectives:
-        sent += collective.sent_bytes * (MICRO if collective.in_loop else 1)
+        runs = collections.Counter(c.runs for c in found if c.kind == kind)
+        parts = [f"{count}" if n == 1 else f"{n}x{count}" for n, count in sorted(runs.items())]
+        cells.append(" + ".join(parts) or "0")
+    sent = sum(c.sent_bytes * c.runs for c in found)  # ring model, group sizes from the HLO
     return f"{label:27}" + "".join(f"{cell:>12}" for cell in cells) + f"{sent:>13,}"
 
 

@@ -73,6 +73,10 @@ class Collective:
     element_types: tuple[str, ...] = ()
     """The element types of its result, such as ``("bf16",)``: what goes over the wire,
     after the backend's own rewrites (XLA:CPU widens bfloat16 collectives to float32)."""
+    runs: int | None = 1
+    """How many times it runs per call of the program: 1 outside loops, the product of
+    the trip counts of the loops around it inside them (XLA records a ``lax.scan``'s
+    as ``known_trip_count``); ``None`` where a loop around it has no known count."""
 
     @property
     def sent_bytes(self) -> int | None:
@@ -302,11 +306,12 @@ def find_collectives(hlo: str) -> list[Collective]:
             "whole module, as compiled.as_text() returns it."
         )
     looped = _computations_in_loops(computations)
+    runs = _runs_per_call(hlo, computations)
     wrapped = _computations_in_async_pairs(computations)
     partitions = _NUM_PARTITIONS.search(hlo)
     devices = int(partitions.group(1)) if partitions else None
     done_types: dict[str, str] = {}  # an async -start's name -> its -done's result type
-    found: list[tuple[str, str, str, bool, bool, int | None, bool]] = []
+    found: list[tuple[str, str, str, str, bool, int | None, bool]] = []
     for computation, instructions in computations.items():
         for name, rest in instructions:
             opcode, result_type = _opcode_and_type(rest)
@@ -322,10 +327,10 @@ def find_collectives(hlo: str) -> list[Collective]:
                 paired = opcode.endswith("-start")
                 asynchronous = paired or computation in wrapped
                 group = _group_size(rest, devices)
-                entry = (kind, name, result_type, computation in looped, asynchronous, group)
+                entry = (kind, name, result_type, computation, asynchronous, group)
                 found.append(entry + (paired,))
     collectives = []
-    for kind, name, result_type, in_loop, asynchronous, group, paired in found:
+    for kind, name, result_type, computation, asynchronous, group, paired in found:
         if paired:  # the -start's tuple holds its operands too: read the -done's result
             result_type = done_types.get(name, result_type)
         collectives.append(
@@ -333,10 +338,11 @@ def find_collectives(hlo: str) -> list[Collective]:
                 kind=kind,
                 name=name,
                 result_bytes=_type_bytes(result_type),
-                in_loop=in_loop,
+                in_loop=computation in looped,
                 asynchronous=asynchronous,
                 group_size=group,
                 element_types=tuple(dict.fromkeys(_ARRAY_TYPE_NAMES.findall(result_type))),
+                runs=runs.get(computation, 1) if computation in looped else 1,
             )
         )
     return collectives
@@ -424,6 +430,57 @@ def _computations_in_loops(computations: dict[str, list[tuple[str, str]]]) -> se
             looped.add(computation)
             pending.extend(callees.get(computation, ()))
     return looped
+
+
+def _runs_per_call(
+    hlo: str, computations: dict[str, list[tuple[str, str]]]
+) -> dict[str, int | None]:
+    """How many times each computation runs per call of the module: the sum over its
+    callers of their runs, times a loop's trip count for its body (and that plus one for
+    its condition); ``None`` where a trip count is unknown."""
+    entry = re.search(r"^ENTRY\s+%?([\w.-]+)", hlo, re.MULTILINE)
+    if entry is None:
+        return {}
+    edges: dict[str, list[tuple[str, int | None]]] = {}  # caller -> (callee, factor)
+    for computation, instructions in computations.items():
+        for _, rest in instructions:
+            if _opcode_and_type(rest)[0] == "while":
+                count = re.search(r'"known_trip_count":\{"n":"(\d+)"', rest)
+                n = int(count.group(1)) if count else None
+                body = re.search(r"\bbody=%?([\w.-]+)", rest)
+                condition = re.search(r"\bcondition=%?([\w.-]+)", rest)
+                if body:
+                    edges.setdefault(computation, []).append((body.group(1), n))
+                if condition:
+                    edges.setdefault(computation, []).append(
+                        (condition.group(1), None if n is None else n + 1)
+                    )
+                continue
+            for single, several in _CALLEE.findall(rest):
+                for callee in [single] if single else re.findall(r"%?([\w.-]+)", several):
+                    edges.setdefault(computation, []).append((callee, 1))
+    order: list[str] = []  # callers before callees: the call graph of HLO has no cycles
+    seen: set[str] = set()
+
+    def visit(computation: str) -> None:
+        if computation in seen:
+            return
+        seen.add(computation)
+        for callee, _ in edges.get(computation, ()):
+            visit(callee)
+        order.append(computation)
+
+    visit(entry.group(1))
+    runs: dict[str, int | None] = {entry.group(1): 1}
+    for computation in reversed(order):
+        caller_runs = runs.get(computation, 0)
+        for callee, factor in edges.get(computation, ()):
+            before = runs.get(callee, 0)
+            if caller_runs is None or factor is None or before is None:
+                runs[callee] = None
+            else:
+                runs[callee] = before + caller_runs * factor
+    return runs
 
 
 def _computations_in_async_pairs(computations: dict[str, list[tuple[str, str]]]) -> set[str]:
