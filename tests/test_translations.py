@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from sitetools import REPO, glosses
+from sitetools import REPO, glosses, terms
 from sitetools.i18n import Language
 from sitetools.translations import (
     missing_heading_ids,
@@ -102,3 +102,9 @@ def test_numbers_in_code_links_ids_and_single_digits_are_not_stated_numbers():
         '--8<-- "snippets/a.out:cell"\n'
     )
     assert stated_numbers(page) == {}
+
+
+@pytest.mark.parametrize("language", other_languages(), ids=lambda lang: lang.code)
+def test_pages_use_the_glossary_term_not_an_older_form(language: Language):
+    found = terms.problems(language.code)
+    assert not found, "\n".join(found)
