@@ -215,15 +215,20 @@ def _notebook(params: dict[str, object]) -> tuple[str, ...]:
 
 
 def _snippet_folder(params: dict[str, object]) -> tuple[str, ...]:
-    # A snippet may run the others of its folder (crash_and_resume.py runs train.py).
-    folder = Path(str(params["snippet"])).resolve().parent.relative_to(REPO).as_posix()
-    return (f"{folder}/*", *JAXPAR, *SNIPPET_RUNNER)
+    """A snippet's run: its folder (a snippet may run the others there, as
+    crash_and_resume.py runs train.py), the runner, and jaxpar if the folder uses it."""
+    folder = Path(str(params["snippet"])).resolve().parent
+    uses_jaxpar = any("jaxpar" in path.read_text(encoding="utf-8") for path in folder.glob("*.py"))
+    name = folder.relative_to(REPO).as_posix()
+    return (f"{name}/*", *SNIPPET_RUNNER, *(JAXPAR if uses_jaxpar else ()))
 
 
 def _example_file(params: dict[str, object]) -> tuple[str, ...]:
+    """An inline example: the page or module it is in, and jaxpar if it uses it."""
     example = params["example"]
     path = Path(str(example.path)).resolve().relative_to(REPO).as_posix()  # type: ignore[attr-defined]
-    return (path, *JAXPAR)
+    uses_jaxpar = path.startswith("src/jaxpar/") or "jaxpar" in example.source  # type: ignore[attr-defined]
+    return (path, *(JAXPAR if uses_jaxpar else ()))
 
 
 # (Module, test function, or "" for every test of the module) -> the inputs of those tests,
