@@ -13,9 +13,10 @@ losses of 4 steps against the same training on one device.
 Then, in the FSDP x tensor layout, one technique at a time is added to the step: donation,
 bfloat16 compute with float32 master weights, rematerialisation (and what two
 `jax.checkpoint` policies keep), and gradient accumulation over micro-batches three ways:
-a plain `lax.scan`, `jax.shard_map` with one reduce-scatter per step, and gradients typed
-*unreduced*. For each, the compiled step's memory (`memory_analysis()`) and collectives
-(its HLO), per device, on XLA:CPU, and the bfloat16 collectives the program asks for
+a plain `lax.scan`, `jax.shard_map` with one reduction per step (and whether
+`psum_scatter` lowers inside it), and gradients typed *unreduced*. For each, the compiled
+step's memory (`memory_analysis()`) and collectives (its HLO), per device, on XLA:CPU,
+and the bfloat16 collectives the program asks for
 before XLA:CPU widens them to float32. Then the bfloat16 and float32 loss curves side by
 side, and the bfloat16 step's model writes a sample.
 """
