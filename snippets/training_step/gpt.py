@@ -113,9 +113,12 @@ class Block(nnx.Module):
         b, t, width = x.shape
         qkv = self.qkv(self.norm1(x))
         q, k, v = jnp.unstack(qkv.reshape(b, t, self.heads, 3, width // self.heads), axis=3)
-        scores = jnp.einsum("bthd,bshd->bhts", q, k) / np.sqrt(q.shape[-1])
+        # Scores and softmax in float32, whatever the dtype of the computation: the product
+        # accumulates and returns float32 (preferred_element_type), not a rounded bfloat16.
+        scores = jnp.einsum("bthd,bshd->bhts", q, k, preferred_element_type=jnp.float32)
         causal = jnp.tril(jnp.ones((t, t), dtype=bool))
-        weights = jax.nn.softmax(jnp.where(causal, scores.astype(jnp.float32), -1e9), axis=-1)
+        scores = jnp.where(causal, scores / np.sqrt(q.shape[-1]), -1e9)
+        weights = jax.nn.softmax(scores, axis=-1)
         attention = jnp.einsum("bhts,bshd->bthd", weights.astype(v.dtype), v).reshape(b, t, width)
         # The sum over heads: on a mesh that splits "heads", an all-reduce back to `spec`.
         # Named, so that a remat policy can choose to keep it (`save_only_these_names`).
