@@ -311,3 +311,27 @@ class TestRunsPerCall:
         found = {c.name: c for c in find_collectives(ASYNC_HLO)}
         assert found["all-reduce.9"].runs is None  # the hand-written loop has no count
         assert found["all-gather-start"].runs == 1
+
+
+# XLA:GPU's CollectivePermuteDecomposer: a permute in a loop as send/recv pairs.
+SEND_RECV_HLO = """\
+HloModule jit_pipeline, num_partitions=2
+
+ENTRY %main (x: f32[64]) -> f32[64] {
+  %x = f32[64]{0} parameter(0)
+  %after-all = token[] after-all()
+  %recv = (f32[64]{0}, u32[], token[]) recv(%after-all), channel_id=1, frontend_attributes={_xla_send_recv_source_target_pairs="{{0,1}}"}
+  %send = (f32[64]{0}, u32[], token[]) send(%x, %after-all), channel_id=1, frontend_attributes={_xla_send_recv_source_target_pairs="{{0,1}}"}
+  %recv-done = (f32[64]{0}, token[]) recv-done(%recv), channel_id=1
+  %send-done = token[] send-done(%send), channel_id=1
+  ROOT %data = f32[64]{0} get-tuple-element(%recv-done), index=0
+}
+"""
+
+
+def test_send_and_recv_count_once_each_with_their_data():
+    found = {c.kind: c for c in find_collectives(SEND_RECV_HLO)}
+    assert set(found) == {"send", "recv"}  # the -done halves are not counted again
+    for collective in found.values():
+        assert (collective.result_bytes, collective.asynchronous) == (256, True)
+    assert (found["send"].sent_bytes, found["recv"].sent_bytes) == (256, 0)

@@ -17,8 +17,12 @@ COLLECTIVE_KINDS = (
     "ragged-all-to-all",
     "collective-permute",
     "collective-broadcast",
+    "send",
+    "recv",
 )
-"""The HLO opcodes counted as collectives; each also in its asynchronous ``-start`` form."""
+"""The HLO opcodes counted as collectives; each also in its asynchronous ``-start`` form.
+``send`` and ``recv`` are point-to-point halves, always paired with a ``-done``: XLA:GPU
+turns large collective-permutes in loops into them."""
 
 # One HLO instruction: `  [ROOT ]%name = <result type> <opcode>(<operands>), <attributes>`.
 _INSTRUCTION = re.compile(r"^\s+(?:ROOT\s+)?%?(?P<name>[\w.-]+)\s*=\s*(?P<rest>.*)$")
@@ -83,12 +87,15 @@ class Collective:
         """The bytes each device sends, by the ring algorithm's count for its kind and
         group size: an all-reduce of S bytes among n devices sends 2(n-1)/n x S, an
         all-gather (n-1)/n of its result, a reduce-scatter (n-1) x its result (the input
-        is n results), an all-to-all (n-1)/n; a collective-permute sends its result once.
+        is n results), an all-to-all (n-1)/n; a collective-permute sends its result once,
+        a ``send`` its data and a ``recv`` nothing.
         ``None`` where the group size is unknown, and for ``ragged-all-to-all``, whose
         sizes are not in its type. A model of the traffic, not a measurement: tree and
         hierarchical algorithms, and a backend's own choices, send other amounts."""
-        if self.kind == "collective-permute":
+        if self.kind in ("collective-permute", "send"):
             return self.result_bytes
+        if self.kind == "recv":
+            return 0
         ring = _RING.get(self.kind)
         if ring is None or self.group_size is None:
             return None
@@ -324,14 +331,17 @@ def find_collectives(hlo: str) -> list[Collective]:
                 continue
             kind = opcode.removesuffix("-start")
             if kind in COLLECTIVE_KINDS:
-                paired = opcode.endswith("-start")
+                paired = opcode.endswith("-start") or kind in ("send", "recv")
                 asynchronous = paired or computation in wrapped
                 group = _group_size(rest, devices)
                 entry = (kind, name, result_type, computation, asynchronous, group)
                 found.append(entry + (paired,))
     collectives = []
     for kind, name, result_type, computation, asynchronous, group, paired in found:
-        if paired:  # the -start's tuple holds its operands too: read the -done's result
+        if kind in ("send", "recv"):  # (data, u32[] context, token[]): the data alone
+            arrays = _ARRAY_TYPE.findall(result_type)
+            result_type = "{}[{}]".format(*arrays[0]) if arrays else ""
+        elif paired:  # the -start's tuple holds its operands too: read the -done's result
             result_type = done_types.get(name, result_type)
         collectives.append(
             Collective(
