@@ -16,7 +16,7 @@ export NO_MKDOCS_2_WARNING := 1
 export UV_PYTHON_DOWNLOADS := never
 export PYTHONPATH := tools
 
-.PHONY: help serve build test test-all test-browser links test-latest outputs diagrams vendor lock check-python clean
+.PHONY: help serve build test test-all test-browser links test-latest outputs cpu-variants diagrams vendor lock check-python clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -49,6 +49,9 @@ test-latest: check-python ## the same tests against the newest releases instead 
 
 outputs: $(VENV)/.installed ## re-record the output of every snippet (or SNIPPETS="snippets/x/y.py ...")
 	$(BIN)/python -m sitetools.snippets record $(SNIPPETS)
+
+cpu-variants: $(VENV)/.installed ## run the snippets as other CPUs would (AVX2, other kernels, one core): which numbers move
+	$(BIN)/python -m sitetools.cpus $(SNIPPETS)
 
 diagrams: $(VENV)/.installed ## draw new or edited Mermaid diagrams into docs/diagrams/ (needs Chromium)
 	$(BIN)/python -m sitetools.diagrams
