@@ -21,18 +21,20 @@ FILES = {
     "docs/en/basics/b.md": "en page",
     "docs/zh/index.md": "zh home",
     "docs/ko/index.md": "ko home",
-    "snippets/basics/a.py": "a",
-    "snippets/basics/a.py#title": "a title",
-    "snippets/basics/a.out": "a out",
+    "snippets/basics/jax_in_one_page.py": "a",
+    "snippets/basics/jax_in_one_page.py#title": "a title",
+    "snippets/basics/jax_in_one_page.out": "a out",
     "snippets/training_step/gpt.py": "gpt",
     "src/jaxpar/batching.py": "jaxpar",
+    "src/jaxpar/compiled.py": "compiled",
+    "src/jaxpar/launch.py": "launcher",
     "tools/sitetools/snippets.py": "runner",
     "tools/sitetools/hant.py": "hant",
     "tests/test_site.py": "site tests",
     "tests/test_snippets.py": "snippet tests",
     "tests/test_launch.py": "launch tests",
 }
-SNIPPET_A = REPO / "snippets/basics/a.py"
+SNIPPET_A = REPO / "snippets/basics/jax_in_one_page.py"
 TESTS = {  # a test of each kind: (module, name, parameters)
     "site": ("test_site.py", "test_languages_have_the_same_pages", {}),
     "snippet a": (
@@ -85,13 +87,19 @@ def keys(files: dict[str, str]) -> dict[str, str]:
         ("docs/en/index.md", {"site", "home en", "home ko", "search ko"}),  # ko falls back to it
         ("docs/en/index.md#title", SITE),  # in every nav
         ("docs/zh/index.md", {"site"}),  # a Chinese page
-        ("snippets/basics/a.out", {"site", "snippet a", "fewer devices", "notebook a"}),
-        ("snippets/training_step/gpt.py", {"site", "snippet gpt", "fewer devices"}),  # a snippet
-        ("snippets/basics/a.py#title", SITE | {"snippet a", "fewer devices"}),  # in every nav
-        # a jaxpar module: not the basics snippets, which never use it, nor pages without it
-        ("src/jaxpar/batching.py", set(TESTS) - {"home en", "home ko", "notebook a", "snippet a"}),
-        ("tools/sitetools/snippets.py", set(TESTS)),  # the snippet runner
-        ("tools/sitetools/hant.py", SITE | {"launcher"}),  # other site machinery
+        ("snippets/basics/jax_in_one_page.out", {"site", "snippet a", "notebook a"}),  # a recording
+        (
+            "snippets/basics/jax_in_one_page.py",
+            {"site", "snippet a", "fewer devices", "notebook a"},
+        ),
+        ("snippets/basics/jax_in_one_page.py#title", SITE | {"snippet a"}),  # in every nav
+        ("snippets/training_step/gpt.py", {"site", "snippet gpt"}),  # needs 8 devices
+        # a jaxpar module: what reads the API pages, not snippets or tests that never use it
+        ("src/jaxpar/batching.py", {"site", "search ko"}),
+        ("src/jaxpar/compiled.py", {"site", "search ko", "snippet gpt"}),  # gpt.py uses it
+        ("src/jaxpar/launch.py", {"site", "search ko", "launcher"}),
+        ("tools/sitetools/snippets.py", set(TESTS) - {"launcher"}),  # the snippet runner
+        ("tools/sitetools/hant.py", SITE),  # other site machinery
         ("mkdocs.yml", SITE),
         ("tests/test_snippets.py", {"snippet a", "snippet gpt", "fewer devices"}),  # a test module
         ("uv.lock", set(TESTS)),  # the lock file
@@ -106,11 +114,7 @@ def test_an_edit_changes_the_keys_of_exactly_the_tests_that_read_it(edited, expe
 def test_a_new_file_changes_the_keys_that_read_its_folder():
     before = keys(FILES)
     after = keys(FILES | {"snippets/basics/b.py": "new"})
-    assert {kind for kind in TESTS if before[kind] != after[kind]} == {
-        "site",
-        "snippet a",
-        "fewer devices",
-    }
+    assert {kind for kind in TESTS if before[kind] != after[kind]} == {"site", "snippet a"}
 
 
 def test_a_commit_changes_only_what_reads_the_history():

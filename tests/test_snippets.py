@@ -10,18 +10,18 @@ from pathlib import Path
 import pytest
 from sitetools import REPO
 from sitetools.snippets import (
+    FEWER_DEVICES,
     RECORD_COMMAND,
     checked_through,
     discover,
     expected_status,
+    fewer_device_runs,
     launch_arguments,
-    needed_devices,
     output_path,
     parse_cells,
     run,
     run_on_fewer_devices,
     tolerances,
-    uses_devices,
 )
 from sitetools.tolerances import differences
 
@@ -130,24 +130,11 @@ def test_snippet_follows_conventions(snippet: Path):
             )
 
 
-# A reader's machine with 1 or 4 accelerators: every snippet whose lesson does not need
-# exactly 8 devices must run there too (its output differs; it must not fail). Snippets
-# that never name a device, mesh or sharding run the same anywhere and are left out. Each
-# of the others runs on one of the two counts, in turn, so that both are exercised at half
-# the cost, and the snippets of one count run in one process, which imports JAX once.
-FEWER_DEVICES = (1, 4)
-ADAPTING = [
-    s
-    for s in SNIPPETS
-    if launch_arguments(s) is None and needed_devices(s) is None and uses_devices(s)
-]
-
-
+# A reader's machine with 1 or 4 accelerators (sitetools.snippets.fewer_device_runs): the
+# snippets of one count run in one process, which imports JAX once.
 @pytest.mark.parametrize("devices", FEWER_DEVICES)
 def test_snippets_run_on_fewer_devices(devices: int):
-    turn = FEWER_DEVICES.index(devices)
-    snippets = ADAPTING[turn :: len(FEWER_DEVICES)]
-    result = run_on_fewer_devices(snippets, devices)
+    result = run_on_fewer_devices(fewer_device_runs()[devices], devices)
     assert result.returncode == 0, (
         f"on {devices} devices, as on a reader's machine with {devices} accelerators, "
         f"a snippet fails (below). Size its meshes from jax.device_count(), or, if the "

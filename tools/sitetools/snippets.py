@@ -278,6 +278,23 @@ def uses_devices(snippet: Path) -> bool:
     return False
 
 
+# A reader's machine with 1 or 4 accelerators: every snippet whose lesson does not need
+# exactly 8 devices must run there too (its output differs; it must not fail).
+FEWER_DEVICES = (1, 4)
+
+
+def fewer_device_runs(root: Path = SNIPPETS_DIR) -> dict[int, list[Path]]:
+    """Device count -> the snippets that run on it. Snippets that never name a device, mesh
+    or sharding run the same anywhere and are left out; each of the others runs on one of
+    the counts, in turn, so that both are exercised at half the cost."""
+    adapting = [
+        s
+        for s in discover(root)
+        if launch_arguments(s) is None and needed_devices(s) is None and uses_devices(s)
+    ]
+    return {count: adapting[turn :: len(FEWER_DEVICES)] for turn, count in enumerate(FEWER_DEVICES)}
+
+
 def run_on_fewer_devices(snippets: list[Path], devices: int, timeout: float = 300) -> RunResult:
     """Run snippets one after the other in one process of their own on ``devices`` simulated
     devices, as a reader's machine with fewer accelerators would: a check that each runs,

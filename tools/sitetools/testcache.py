@@ -17,6 +17,7 @@ The keys of the tests that passed live in pytest's own cache (``.pytest_cache/``
 
 from __future__ import annotations
 
+import ast
 import fnmatch
 import functools
 import hashlib
@@ -161,6 +162,79 @@ def inputs(module: str, name: str, params: dict[str, object]) -> tuple[str, ...]
     return (f"tests/{module}", *EVERYTHING)
 
 
+JAXPAR_SOURCE = REPO / "src" / "jaxpar"
+JAXPAR_NAME = re.compile(r"\bjaxpar\.(\w+)")
+# A script in a string (a test writes one to a file and runs it) that imports from jaxpar.
+JAXPAR_IMPORT = re.compile(r"from jaxpar import \(?([\w, ]+)")
+
+
+def jaxpar_inputs(sources: Iterable[str]) -> tuple[str, ...]:
+    """The files of jaxpar that Python ``sources`` use: the modules they import, name in
+    code (``python -m jaxpar.launch``) or are launched by (a ``# jaxpar.launch:`` line),
+    the modules those use in turn, and the package's ``__init__.py``.
+
+    >>> jaxpar_inputs(["from jaxpar import benchmark"])
+    ('src/jaxpar/__init__.py', 'src/jaxpar/timing.py')
+    >>> jaxpar_inputs(["import numpy"])
+    ()
+    """
+    todo = [module for source in sources for module in _used_by(source)]
+    used: set[str] = set()
+    while todo:
+        module = todo.pop()
+        if module not in used:
+            used.add(module)
+            todo += _used_by((JAXPAR_SOURCE / f"{module}.py").read_text(encoding="utf-8"))
+    if not used:
+        return ()
+    return ("src/jaxpar/__init__.py", *sorted(f"src/jaxpar/{module}.py" for module in used))
+
+
+@functools.cache
+def _modules_by_name() -> dict[str, str]:
+    """Each jaxpar module, and each public name of the package -> the module that has it."""
+    modules = {path.stem: path.stem for path in JAXPAR_SOURCE.glob("*.py")}
+    modules.pop("__init__", None)
+    tree = ast.parse((JAXPAR_SOURCE / "__init__.py").read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("jaxpar."):
+            for alias in node.names:
+                modules[alias.asname or alias.name] = node.module.split(".")[1]
+    return modules
+
+
+def _used_by(source: str) -> set[str]:
+    modules = _modules_by_name()
+    used = {"launch"} if "# jaxpar.launch:" in source else set()
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:  # not Python: any module may be meant
+        return set(modules.values())
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+    }
+    named: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "jaxpar":
+            named += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("jaxpar."):
+            named.append(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            named += [a.name.split(".")[1] for a in node.names if a.name.startswith("jaxpar.")]
+        elif isinstance(node, ast.Attribute) and getattr(node.value, "id", None) == "jaxpar":
+            named.append(node.attr)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if id(node) not in docstrings:
+                named += JAXPAR_NAME.findall(node.value)
+                for names in JAXPAR_IMPORT.findall(node.value):
+                    named += [name.strip() for name in names.split(",")]
+    return used | {modules[name] for name in named if name in modules}
+
+
 # What every built page is made with besides its own source: the theme, the build's tools,
 # the languages and the 繁體中文 terms.
 THEME = (
@@ -218,41 +292,60 @@ def _snippet_folder(params: dict[str, object]) -> tuple[str, ...]:
     """A snippet's run: its folder (a snippet may run the others there, as
     crash_and_resume.py runs train.py), the runner, and jaxpar if the folder uses it."""
     folder = Path(str(params["snippet"])).resolve().parent
-    uses_jaxpar = any("jaxpar" in path.read_text(encoding="utf-8") for path in folder.glob("*.py"))
+    sources = [path.read_text(encoding="utf-8") for path in sorted(folder.glob("*.py"))]
     name = folder.relative_to(REPO).as_posix()
-    return (f"{name}/*", *SNIPPET_RUNNER, *(JAXPAR if uses_jaxpar else ()))
+    return (f"{name}/*", *SNIPPET_RUNNER, *jaxpar_inputs(sources))
 
 
 def _example_file(params: dict[str, object]) -> tuple[str, ...]:
-    """An inline example: the page or module it is in, and jaxpar if it uses it."""
+    """An inline example: the page or module it is in, and what it uses of jaxpar."""
     example = params["example"]
-    path = Path(str(example.path)).resolve().relative_to(REPO).as_posix()  # type: ignore[attr-defined]
-    uses_jaxpar = path.startswith("src/jaxpar/") or "jaxpar" in example.source  # type: ignore[attr-defined]
-    return (path, *(JAXPAR if uses_jaxpar else ()))
+    path = Path(str(example.path)).resolve()  # type: ignore[attr-defined]
+    sources = [example.source]  # type: ignore[attr-defined]
+    if path.is_relative_to(JAXPAR_SOURCE):  # a docstring's example runs in its module's world
+        sources.append(f"import jaxpar.{path.stem}")
+    return (path.relative_to(REPO).as_posix(), *jaxpar_inputs(sources))
+
+
+def _fewer_devices(params: dict[str, object]) -> tuple[str, ...]:
+    """The snippets one fewer-devices run runs, and what they use of jaxpar."""
+    from sitetools.snippets import fewer_device_runs
+
+    snippets = fewer_device_runs()[int(str(params["devices"]))]
+    names = [snippet.relative_to(REPO).as_posix() for snippet in snippets]
+    sources = [snippet.read_text(encoding="utf-8") for snippet in snippets]
+    return (*names, *SNIPPET_RUNNER, *jaxpar_inputs(sources))
+
+
+def _test_module(module: str) -> Callable[[dict[str, object]], tuple[str, ...]]:
+    """A test module of jaxpar: what it uses of jaxpar (and the site's tools, if it does)."""
+
+    def inputs(_: dict[str, object]) -> tuple[str, ...]:
+        source = (REPO / "tests" / module).read_text(encoding="utf-8")
+        tools = ("tools/sitetools/*",) if "sitetools" in source else ()
+        return (*jaxpar_inputs([source]), *tools)
+
+    return inputs
 
 
 # (Module, test function, or "" for every test of the module) -> the inputs of those tests,
 # from their parameters.
 NARROWER: dict[tuple[str, str], Callable[[dict[str, object]], tuple[str, ...]]] = {
     ("test_snippets.py", "test_snippet_output_matches_recording"): _snippet_folder,
-    ("test_snippets.py", "test_snippets_run_on_fewer_devices"): lambda _: (
-        "snippets/*",
-        *JAXPAR,
-        *SNIPPET_RUNNER,
-    ),
+    ("test_snippets.py", "test_snippets_run_on_fewer_devices"): _fewer_devices,
     ("test_examples.py", "test_example"): _example_file,
     ("test_browser.py", "test_page_loads_cleanly_and_accessibly"): _loaded_page,
     ("test_browser.py", "test_search_finds_pages_of_its_own_language_only"): _searched_language,
     ("test_site.py", "test_notebook_page_and_download_in_every_language"): _notebook,
     ("test_status.py", ""): lambda _: (*EVERYTHING, "git:HEAD"),
-    ("test_launch.py", ""): lambda _: (*JAXPAR, "tools/sitetools/*"),
-    ("test_launch_jax.py", ""): lambda _: (*JAXPAR, "tools/sitetools/*"),
-    ("test_jaxpar.py", ""): lambda _: JAXPAR,
-    ("test_meshes.py", ""): lambda _: JAXPAR,
-    ("test_data.py", ""): lambda _: JAXPAR,
-    ("test_timing.py", ""): lambda _: JAXPAR,
-    ("test_compiled.py", ""): lambda _: JAXPAR,
-    ("test_profiles.py", ""): lambda _: JAXPAR,
+    ("test_launch.py", ""): _test_module("test_launch.py"),
+    ("test_launch_jax.py", ""): _test_module("test_launch_jax.py"),
+    ("test_jaxpar.py", ""): _test_module("test_jaxpar.py"),
+    ("test_meshes.py", ""): _test_module("test_meshes.py"),
+    ("test_data.py", ""): _test_module("test_data.py"),
+    ("test_timing.py", ""): _test_module("test_timing.py"),
+    ("test_compiled.py", ""): _test_module("test_compiled.py"),
+    ("test_profiles.py", ""): _test_module("test_profiles.py"),
     ("test_tolerances.py", ""): lambda _: SNIPPET_RUNNER,
     ("test_snippet_runner.py", ""): lambda _: (*JAXPAR, *SNIPPET_RUNNER),
 }
