@@ -163,3 +163,11 @@ class TestTimingStr:
     )
     def test_units_and_digits(self, median_s, iqr_s, repeats, text):
         assert str(Timing(median_s, median_s, median_s, iqr_s, repeats)) == text
+
+
+def test_a_donating_function_is_refused_with_what_to_time_instead():
+    donating = jax.jit(lambda x: x + 1, donate_argnums=0)
+    with pytest.raises(RuntimeError, match="the function donates its inputs. Time it jitted"):
+        benchmark(donating, jnp.zeros(1000), warmup=2, repeats=1)
+    plain = jax.jit(lambda x: x + 1)
+    assert benchmark(plain, jnp.zeros(1000), warmup=2, repeats=1).repeats == 1

@@ -90,8 +90,14 @@ def benchmark(
         The :class:`Timing`; ``str()`` of it reads like ``"1.23 ms ± 0.05 ms (median ±
         IQR of 10)"``.
 
+    ``fn`` is called again and again with the same arguments, so it must not donate them:
+    a training step jitted with ``donate_argnames`` deletes its inputs on the first call.
+    Time the same step jitted without donation, or a loop that passes each call's outputs
+    to the next.
+
     Raises:
         TypeError: ``fn`` or ``clock`` is not callable.
+        RuntimeError: ``fn`` donated an argument, which its first call deleted.
         ValueError: ``warmup``, ``repeats`` or ``pipeline`` is out of range, or the clock
             went backwards.
 
@@ -156,11 +162,11 @@ def benchmark(
             f"example pipeline=8 to time calls dispatched back to back (throughput)."
         )
     for _ in range(warmup):
-        jax.block_until_ready(fn(*args, **kwargs))
+        jax.block_until_ready(_call(fn, args, kwargs))
     times = []
     for _ in range(repeats):
         start = clock()
-        jax.block_until_ready([fn(*args, **kwargs) for _ in range(pipeline)])
+        jax.block_until_ready([_call(fn, args, kwargs) for _ in range(pipeline)])
         times.append((clock() - start) / pipeline)
     if min(times) < 0:
         raise ValueError(
@@ -177,3 +183,17 @@ def benchmark(
         times_s=tuple(times),
         pipeline=pipeline,
     )
+
+
+def _call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    try:
+        return fn(*args, **kwargs)
+    except RuntimeError as error:
+        if "has been deleted" not in str(error):
+            raise
+        raise RuntimeError(
+            f"benchmark calls {getattr(fn, '__name__', fn)!r} again and again with the same "
+            f"arguments, but an earlier call deleted one of them ({error}): the function "
+            f"donates its inputs. Time it jitted without donate_argnums/donate_argnames, or "
+            f"time a loop that passes each call's outputs to the next."
+        ) from error
