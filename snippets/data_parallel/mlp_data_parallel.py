@@ -93,9 +93,9 @@ def apply_gradients(params, opt_state, grads):
 
 
 @jax.jit
-def accuracy(params):
-    logits = nnx.merge(graphdef, params)(x_test)
-    return (logits.argmax(-1) == y_test).mean()
+def accuracy(params, x, y):  # the test set as arguments: closed over, it would be a constant
+    logits = nnx.merge(graphdef, params)(x)
+    return (logits.argmax(-1) == y).mean()
 
 
 # %% reference
@@ -114,7 +114,7 @@ for step in range(STEPS):
     params, opt_state, loss = train_step(params, opt_state, *get_batch(step))
 reference = params
 # --8<-- [end:reference]
-print(f"one device: loss {loss:.4f}, test accuracy {accuracy(reference):.4f}")
+print(f"one device: loss {loss:.4f}, test accuracy {accuracy(reference, x_test, y_test):.4f}")
 
 # %% donation
 # --8<-- [start:donation]
@@ -170,7 +170,7 @@ for step, loss in enumerate(jax.device_get(losses)):  # fetched after the loop, 
 # Every device holds the same parameters: take device 0's copy, without a gather.
 pmap_params = jax.tree.map(lambda a: a.addressable_shards[0].data[0], params)
 print("kernel on device 0:", pmap_params["hidden"]["kernel"][...].shape)
-print(f"pmap: test accuracy {accuracy(pmap_params):.4f}")
+print(f"pmap: test accuracy {accuracy(pmap_params, x_test, y_test):.4f}")
 # --8<-- [end:pmap_params]
 
 
@@ -199,7 +199,9 @@ with jax.set_mesh(mesh):  # jitted code on an Explicit mesh runs under the mesh
         params, opt_state, loss = train_step(params, opt_state, x, y)
 jit_params = params
 # --8<-- [end:jit_train]
-print(f"jit + NamedSharding: loss {loss:.4f}, test accuracy {accuracy(jit_params):.4f}")
+print(
+    f"jit + NamedSharding: loss {loss:.4f}, test accuracy {accuracy(jit_params, x_test, y_test):.4f}"
+)
 # A single number to compare runs by (the multi-process chapter prints the same).
 print(
     f"parameter fingerprint {sum(float(jnp.abs(a).sum()) for a in jax.tree.leaves(jit_params)):.4f}"
@@ -337,7 +339,7 @@ with jax.set_mesh(mesh):
         params, opt_state, loss = shard_map_train_step(params, opt_state, x, y)
 shard_map_params = params
 # --8<-- [end:shard_map_train]
-print(f"shard_map: loss {loss:.4f}, test accuracy {accuracy(shard_map_params):.4f}")
+print(f"shard_map: loss {loss:.4f}, test accuracy {accuracy(shard_map_params, x_test, y_test):.4f}")
 
 
 # %% naive
