@@ -69,6 +69,11 @@ TESTS = {  # a test of each kind: (module, name, parameters)
         "test_notebook_page_and_download_in_every_language",
         {"snippet": SNIPPET_A},
     ),
+    "small copy": (
+        "test_site.py",
+        "test_missing_includes_and_broken_anchors_fail_the_build_naming_page_and_path",
+        {},
+    ),
 }
 SITE = {
     "site",
