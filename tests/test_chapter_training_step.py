@@ -12,7 +12,7 @@ import re
 
 import pytest
 from sitetools import REPO
-from sitetools.snippets import read_sections
+from sitetools.snippets import read_sections, tolerances
 
 CHAPTER = REPO / "snippets/training_step"
 GPT = read_sections((CHAPTER / "gpt.out").read_text(encoding="utf-8"))
@@ -332,3 +332,13 @@ def test_every_number_of_the_prose_is_recorded(page):
     assert numbers, "the page states no numbers?"
     missing = sorted(n for n in numbers - TOLERANCES if n not in recorded)
     assert not missing, f"{page}.md states numbers that no recorded output has: {missing}"
+
+
+def test_the_page_states_the_tolerance_the_bfloat16_cells_are_checked_with():
+    """bfloat16 losses end differently on CPUs with other kernels (make cpu-variants: with
+    XLA's own kernels, the second loss of rows 6 and 7 moves by 2e-4): the page says so, and
+    the check accepts exactly what gpt.py declares, in those two cells only."""
+    assert tolerances(CHAPTER / "gpt.py") == {"curves": 5e-4, "same_losses": 5e-4}
+    page = " ".join(PAGES["techniques"].split())
+    assert "rows 6 and 7 end their second loss in another digit" in page
+    assert "a difference of up to 5e-4 in the numbers of this output and of the loss curves" in page
