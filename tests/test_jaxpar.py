@@ -239,9 +239,12 @@ class TestSeveralProcesses:
             "data, mask = shard_batch(share, mesh, remainder='pad')\n"
             "whole = process_allgather((data, mask), tiled=True)\n"
             "w = replicate(np.full(2, 7.0), mesh)\n"
+            "# Printed once every collective is done: Gloo logs each new connection to the same\n"
+            "# standard output, and a line printed meanwhile could be cut by one.\n"
+            "lines = []\n"
             "if jax.process_index() == 0:\n"
-            "    print(data.shape, whole[0].tolist(), whole[1].tolist())\n"
-            "    print(w.is_fully_replicated, jax.device_get(w).tolist())\n"
+            "    lines.append(f'{data.shape} {whole[0].tolist()} {whole[1].tolist()}')\n"
+            "    lines.append(f'{w.is_fully_replicated} {jax.device_get(w).tolist()}')\n"
             "# Values that differ between processes, as with torch.manual_seed(seed + rank):\n"
             "for bad in ({'b': np.zeros(2), 'w': np.full((3, 2), jax.process_index())},\n"
             "            {'b': np.zeros(2)} if jax.process_index() else {'b': np.zeros(3)},\n"
@@ -250,11 +253,13 @@ class TestSeveralProcesses:
             "    try:\n"
             "        replicate(bad, mesh)\n"
             "    except ValueError as error:\n"
-            "        print('refused:', error)\n"
+            "        lines.append(f'refused: {error}')\n"
             "try:  # jax.device_put checks the same (coming-from-pytorch.md says so)\n"
             "    jax.device_put(np.full(2, jax.process_index()), NamedSharding(mesh, P()))\n"
             "except AssertionError as error:\n"
-            "    print('device_put refused:', 'not the same on each process' in str(error))\n",
+            "    refused = 'not the same on each process' in str(error)\n"
+            "    lines.append(f'device_put refused: {refused}')\n"
+            "print('\\n'.join(lines), flush=True)\n",
             encoding="utf-8",
         )
         done = subprocess.run(
