@@ -367,5 +367,13 @@ NARROWER: dict[tuple[str, str], Callable[[dict[str, object]], tuple[str, ...]]] 
     ("test_compiled.py", ""): _test_module("test_compiled.py"),
     ("test_profiles.py", ""): _test_module("test_profiles.py"),
     ("test_tolerances.py", ""): lambda _: SNIPPET_RUNNER,
+    # This module's own tests: the tools, and the real snippets and jaxpar they key.
+    ("test_reuse.py", ""): lambda _: ("tools/sitetools/*", "snippets/*.py", *JAXPAR),
+    ("test_chapter_checkpoints.py", ""): lambda _: (
+        "docs/*/checkpoints/*",
+        "snippets/checkpoints/*",
+        "tools/sitetools/*",
+        *JAXPAR,
+    ),
     ("test_snippet_runner.py", ""): lambda _: (*JAXPAR, *SNIPPET_RUNNER),
 }
