@@ -98,9 +98,26 @@ def _tracked_files() -> tuple[tuple[str, str], ...]:
         digests.append((name, hashlib.sha256(content).hexdigest()))
         if name.startswith(("docs/", "snippets/")) and name.endswith((".md", ".py")):
             digests.append((f"{name}#title", hashlib.sha256(_title(content)).hexdigest()))
+        if name.startswith("src/jaxpar/") and name.endswith(".py"):
+            digests.append((f"{name}#code", hashlib.sha256(_code(content)).hexdigest()))
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True)
     digests.append(("git:HEAD", head.stdout.decode().strip()))
     return tuple(digests)
+
+
+def _code(content: bytes) -> bytes:
+    """A module's code without its docstrings, which jaxpar never reads at run time (no
+    ``__doc__``): what a program that runs the module depends on."""
+    try:
+        tree = ast.parse(content)
+    except SyntaxError:
+        return content
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            if isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+                body[0] = ast.Pass()
+    return ast.dump(tree).encode()
 
 
 def _title(content: bytes) -> bytes:
@@ -163,18 +180,20 @@ def inputs(module: str, name: str, params: dict[str, object]) -> tuple[str, ...]
 
 
 JAXPAR_SOURCE = REPO / "src" / "jaxpar"
+CHECKPOINTS = REPO / "snippets" / "checkpoints"
 JAXPAR_NAME = re.compile(r"\bjaxpar\.(\w+)")
 # A script in a string (a test writes one to a file and runs it) that imports from jaxpar.
 JAXPAR_IMPORT = re.compile(r"from jaxpar import \(?([\w, ]+)")
 
 
 def jaxpar_inputs(sources: Iterable[str]) -> tuple[str, ...]:
-    """The files of jaxpar that Python ``sources`` use: the modules they import, name in
+    """The code of jaxpar that Python ``sources`` run: the modules they import, name in
     code (``python -m jaxpar.launch``) or are launched by (a ``# jaxpar.launch:`` line),
-    the modules those use in turn, and the package's ``__init__.py``.
+    the modules those use in turn, and the package's ``__init__.py``; each module's code
+    without its docstrings (``<module>#code``), which running it never reads.
 
     >>> jaxpar_inputs(["from jaxpar import benchmark"])
-    ('src/jaxpar/__init__.py', 'src/jaxpar/timing.py')
+    ('src/jaxpar/__init__.py#code', 'src/jaxpar/timing.py#code')
     >>> jaxpar_inputs(["import numpy"])
     ()
     """
@@ -187,7 +206,8 @@ def jaxpar_inputs(sources: Iterable[str]) -> tuple[str, ...]:
             todo += _used_by((JAXPAR_SOURCE / f"{module}.py").read_text(encoding="utf-8"))
     if not used:
         return ()
-    return ("src/jaxpar/__init__.py", *sorted(f"src/jaxpar/{module}.py" for module in used))
+    modules = ("__init__", *sorted(used))
+    return tuple(f"src/jaxpar/{module}.py#code" for module in modules)
 
 
 @functools.cache
@@ -299,13 +319,16 @@ def _notebook(params: dict[str, object]) -> tuple[str, ...]:
     return (*THEME, "docs/*#title", "snippets/*#title", f"{snippet.as_posix()}.*")
 
 
-def _snippet_folder(params: dict[str, object]) -> tuple[str, ...]:
-    """A snippet's run: its folder (a snippet may run the others there, as
-    crash_and_resume.py runs train.py), the runner, and jaxpar if the folder uses it."""
-    folder = Path(str(params["snippet"])).resolve().parent
-    sources = [path.read_text(encoding="utf-8") for path in sorted(folder.glob("*.py"))]
-    name = folder.relative_to(REPO).as_posix()
-    return (f"{name}/*", *SNIPPET_RUNNER, *jaxpar_inputs(sources))
+def _snippet_run(params: dict[str, object]) -> tuple[str, ...]:
+    """A snippet's run: the snippet, its recording, the scripts beside it that it names
+    (crash_and_resume.py runs train.py), the runner, and the jaxpar code they run."""
+    snippet = Path(str(params["snippet"])).resolve()
+    source = snippet.read_text(encoding="utf-8")
+    named = [p for p in snippet.parent.glob("*.py") if p != snippet and p.name in source]
+    files = [snippet, snippet.with_suffix(".out"), *named, *(p.with_suffix(".out") for p in named)]
+    sources = [source, *(p.read_text(encoding="utf-8") for p in named)]
+    names = (f.relative_to(REPO).as_posix() for f in files)
+    return (*names, *SNIPPET_RUNNER, *jaxpar_inputs(sources))
 
 
 def _example_file(params: dict[str, object]) -> tuple[str, ...]:
@@ -342,7 +365,7 @@ def _test_module(module: str) -> Callable[[dict[str, object]], tuple[str, ...]]:
 # (Module, test function, or "" for every test of the module) -> the inputs of those tests,
 # from their parameters.
 NARROWER: dict[tuple[str, str], Callable[[dict[str, object]], tuple[str, ...]]] = {
-    ("test_snippets.py", "test_snippet_output_matches_recording"): _snippet_folder,
+    ("test_snippets.py", "test_snippet_output_matches_recording"): _snippet_run,
     ("test_snippets.py", "test_snippets_run_on_fewer_devices"): _fewer_devices,
     ("test_examples.py", "test_example"): _example_file,
     ("test_browser.py", "test_page_loads_cleanly_and_accessibly"): _loaded_page,
@@ -373,7 +396,7 @@ NARROWER: dict[tuple[str, str], Callable[[dict[str, object]], tuple[str, ...]]] 
         "docs/*/checkpoints/*",
         "snippets/checkpoints/*",
         "tools/sitetools/*",
-        *JAXPAR,
+        *jaxpar_inputs(p.read_text(encoding="utf-8") for p in CHECKPOINTS.glob("*.py")),
     ),
     ("test_snippet_runner.py", ""): lambda _: (*JAXPAR, *SNIPPET_RUNNER),
 }
