@@ -35,13 +35,13 @@ from pathlib import Path
 
 from sitetools import REPO
 from sitetools.snippets import (
-    RUN_ENVIRONMENT,
     checked_through,
     discover,
     launch_arguments,
     output_path,
     read_sections,
     run,
+    shared_environment,
     tolerances,
 )
 from sitetools.tolerances import differences
@@ -71,7 +71,7 @@ def output_on(variant: str, snippet: Path) -> str | None:
 
 
 def _run(command: list[str]) -> str:
-    env = {**os.environ, **RUN_ENVIRONMENT, "PYTHONPATH": str(REPO / "tools")}
+    env = shared_environment()
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO)
     return done.stdout
 

@@ -14,14 +14,13 @@ import re
 from dataclasses import dataclass
 
 from sitetools import REPO
+from sitetools.glosses import FENCE, INLINE_CODE
 
 # language -> {older form: the glossary's term}
 AVOIDED = {
     "ko": {"리덕션": "합산", "에러": "오류", "표준 에러": "stderr"},
     "zh": {"全交换": "all-to-all", "跟踪记录": "trace"},
 }
-INLINE_CODE = re.compile(r"`[^`]*`")
-FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 NOT_CHECKED = {"glossary.md"}  # it names the older forms where it explains a choice
 
 

@@ -33,7 +33,6 @@ TOLERANCE_EXAMPLE = "# numbers within 2e-4 in cells curves, same_losses: <why>"
 # exponent, not part of a name (bf16, x6). Thousands separators split a number into parts,
 # each compared on its own.
 NUMBER = re.compile(r"(?<![\w.])([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)")
-SECTION_MARKER = re.compile(r"^# --8<-- \[(?P<kind>start|end):(?P<name>[^\]]+)\]$")
 
 
 class ToleranceError(ValueError):
@@ -76,31 +75,19 @@ def differences(recorded: str, actual: str, tolerances: dict[str, float]) -> lis
     tolerance is identical and every cell with one differs only in numbers within it."""
     if not tolerances or recorded == actual:
         return [] if recorded == actual else ["the output differs"]
+    from sitetools.snippets import read_sections  # which imports this module
+
     found: list[str] = []
-    recorded_parts, actual_parts = _by_cell(recorded), _by_cell(actual)
-    if [name for name, _ in recorded_parts] != [name for name, _ in actual_parts]:
+    recorded_cells, actual_cells = read_sections(recorded), read_sections(actual)
+    if list(recorded_cells) != list(actual_cells):
         return ["the output has other cells than the recording"]
-    for (name, expected), (_, got) in zip(recorded_parts, actual_parts, strict=True):
+    for name, expected in recorded_cells.items():
+        got = actual_cells[name]
         if name in tolerances:
             found += _numbers_apart(name, expected, got, tolerances[name])
         elif expected != got:
             found.append(f"cell {name!r} differs, and has no tolerance")
     return found
-
-
-def _by_cell(output: str) -> list[tuple[str | None, str]]:
-    """The output cut where each section starts: (cell name or None, text without the
-    section markers)."""
-    parts: list[tuple[str | None, str]] = [(None, "")]
-    for line in output.splitlines(keepends=True):
-        marker = SECTION_MARKER.match(line.rstrip("\n"))
-        if marker and marker["kind"] == "start":
-            parts.append((marker["name"], ""))
-        if marker:
-            continue
-        name, text = parts[-1]
-        parts[-1] = (name, text + line)
-    return parts
 
 
 def _numbers_apart(cell: str, expected: str, got: str, tolerance: float) -> list[str]:
