@@ -70,6 +70,10 @@ check-python:
 		exit 1; \
 	fi
 
+# XLA:GPU and XLA:TPU for jaxpar.compile_for, in a folder of their own (uv.lock's compilers
+# group): installed beside jax, they would load on every `import jax` and print warnings.
+XLA_COMPILERS := $(VENV)/xla-compilers
+
 # Install exactly what uv.lock pins, once, and again whenever the lock changes. Bytecode is
 # compiled at install: every snippet runs in a fresh process, and where PYTHONDONTWRITEBYTECODE
 # is set Python would otherwise recompile jax on every start.
@@ -77,6 +81,10 @@ $(VENV)/.installed: pyproject.toml uv.lock | check-python
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 	UV_PROJECT_ENVIRONMENT=$(VENV) $(BIN)/uv sync --locked --compile-bytecode --python $(BIN)/python
+	rm -rf $(XLA_COMPILERS)
+	$(BIN)/uv export --only-group compilers --frozen --no-header --no-emit-project > $(VENV)/compilers.txt
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --target $(XLA_COMPILERS) \
+		--require-hashes --no-deps -r $(VENV)/compilers.txt
 	touch $@
 
 clean: ## remove the environment, the built site and the caches

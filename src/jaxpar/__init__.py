@@ -3,7 +3,8 @@
 It holds what readers of the site would otherwise copy between projects: simulating
 devices on a laptop, building meshes and shardings and splitting batches across devices with
 errors that say what to do, drawing shardings as SVG, timing JAX code honestly, summarising
-the memory and the collectives of a compiled step, reading the operations out of a profiler
+the memory and the collectives of a compiled step (also compiled for GPUs and TPUs this
+machine does not have), reading the operations out of a profiler
 trace, launching several local processes, and loading real MNIST, checked and cached, for
 readers who have the network.
 """
@@ -49,6 +50,13 @@ if TYPE_CHECKING:
         timeline_svg,
         top_operations,
     )
+    from jaxpar.targets import (
+        TARGETS,
+        CompilerNotInstalledError,
+        Target,
+        compile_for,
+        target_devices,
+    )
     from jaxpar.timing import Timing, benchmark
 
 _MODULE_OF = {
@@ -90,6 +98,11 @@ _MODULE_OF = {
     "read_trace": "jaxpar.profiles",
     "timeline_svg": "jaxpar.profiles",
     "top_operations": "jaxpar.profiles",
+    "TARGETS": "jaxpar.targets",
+    "CompilerNotInstalledError": "jaxpar.targets",
+    "Target": "jaxpar.targets",
+    "compile_for": "jaxpar.targets",
+    "target_devices": "jaxpar.targets",
     "Timing": "jaxpar.timing",
     "benchmark": "jaxpar.timing",
 }
@@ -99,6 +112,7 @@ __all__ = [
     "ChecksumMismatchError",
     "Collective",
     "CompiledSummary",
+    "CompilerNotInstalledError",
     "DatasetUnavailableError",
     "DevicesAlreadyInitializedError",
     "Layout",
@@ -110,12 +124,15 @@ __all__ = [
     "OperationTotal",
     "ShardedBatch",
     "ShardingDiagram",
+    "TARGETS",
+    "Target",
     "Timing",
     "Trace",
     "TraceStep",
     "UnevenBatchError",
     "benchmark",
     "check_spec",
+    "compile_for",
     "find_collectives",
     "find_trace_file",
     "initialize_distributed",
@@ -133,6 +150,7 @@ __all__ = [
     "simulate_cpu_devices",
     "split_batch",
     "summarise",
+    "target_devices",
     "timeline_svg",
     "top_operations",
 ]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import jax
+import numpy as np
 
 COLLECTIVE_KINDS = (
     "all-reduce",
@@ -38,7 +39,8 @@ _ARRAY_TYPE = re.compile(r"\b([a-z]+[0-9]*[a-z0-9]*)\[([0-9,]*)\]")
 # `mesh['data'=2,'model'=4] {'data'}`; `{}` is every device.
 _REPLICA_GROUPS = re.compile(
     r"\breplica_groups=(?:(?P<empty>\{\})|\{\{(?P<first>[\d,\s]*)\}|"
-    r"\[(?P<iota>[\d,]+)\]<=|mesh\[(?P<mesh>[^\]]*)\]\s*\{(?P<axes>[^}]*)\})"
+    r"\[(?P<iota>[\d,]+)\]<=\[(?P<reshape>[\d,]+)\](?:T\((?P<transpose>[\d,]+)\))?|"
+    r"mesh\[(?P<mesh>[^\]]*)\]\s*\{(?P<axes>[^}]*)\})"
 )
 _NUM_PARTITIONS = re.compile(r"^HloModule\b.*?\bnum_partitions=(\d+)", re.MULTILINE)
 # Bytes each device sends, as a multiple of its result's size, in a group of n devices,
@@ -81,6 +83,10 @@ class Collective:
     """How many times it runs per call of the program: 1 outside loops, the product of
     the trip counts of the loops around it inside them (XLA records a ``lax.scan``'s
     as ``known_trip_count``); ``None`` where a loop around it has no known count."""
+    axes: tuple[str, ...] | None = None
+    """The mesh axes it runs along, such as ``("data",)``: read from its device groups
+    and the mesh of the program's arguments; ``None`` where no mesh is known or its
+    groups are not whole axes (a ``collective-permute``, or a group that splits an axis)."""
 
     @property
     def sent_bytes(self) -> int | None:
@@ -281,18 +287,26 @@ def summarise(compiled: jax.stages.Compiled) -> CompiledSummary:
         temp_bytes=_memory_part(memory, "temp_size_in_bytes"),
         generated_code_bytes=_memory_part(memory, "generated_code_size_in_bytes"),
         flops=_flops(compiled),
-        collectives=tuple(find_collectives(compiled.as_text())),
+        collectives=tuple(find_collectives(compiled.as_text(), _mesh(compiled))),
     )
 
 
-def find_collectives(hlo: str) -> list[Collective]:
+def find_collectives(hlo: str, mesh: jax.sharding.Mesh | None = None) -> list[Collective]:
     """The collectives in the text of an optimised HLO module (``compiled.as_text()``).
 
     Most callers want :func:`summarise`; this is its parser, for HLO text saved earlier
-    or dumped by XLA (``XLA_FLAGS=--xla_dump_to=...``).
+    or dumped by XLA (``XLA_FLAGS=--xla_dump_to=...``). It reads the forms of XLA:CPU,
+    XLA:GPU and XLA:TPU: asynchronous ``-start``/``-done`` pairs, collectives that run
+    inside an ``async-start`` or a ``fusion-start`` (XLA:GPU's collective kernels) or
+    inside an ``async_collective_fusion`` (XLA:TPU overlapping one with a matrix
+    multiply), and XLA:TPU's ``all-reduce-scatter`` fusion, an all-reduce whose result is
+    sliced, counted as the reduce-scatter it is.
 
     Args:
         hlo: the text of an HLO module, with its computations and their instructions.
+        mesh: the mesh the program's arguments are sharded on, to name the axes each
+            collective runs along (:attr:`Collective.axes`); device ``i`` in the HLO's
+            groups is the ``i``-th device of ``mesh.devices`` in row-major order.
 
     Returns:
         One :class:`Collective` per collective instruction, in the order of the text.
@@ -315,10 +329,11 @@ def find_collectives(hlo: str) -> list[Collective]:
     looped = _computations_in_loops(computations)
     runs = _runs_per_call(hlo, computations)
     wrapped = _computations_in_async_pairs(computations)
+    scattered = _all_reduce_scatters(computations)
     partitions = _NUM_PARTITIONS.search(hlo)
     devices = int(partitions.group(1)) if partitions else None
     done_types: dict[str, str] = {}  # an async -start's name -> its -done's result type
-    found: list[tuple[str, str, str, str, bool, int | None, bool]] = []
+    found: list[tuple[str, str, str, str, bool, tuple[int, ...] | None, bool]] = []
     for computation, instructions in computations.items():
         for name, rest in instructions:
             opcode, result_type = _opcode_and_type(rest)
@@ -333,7 +348,9 @@ def find_collectives(hlo: str) -> list[Collective]:
             if kind in COLLECTIVE_KINDS:
                 paired = opcode.endswith("-start") or kind in ("send", "recv")
                 asynchronous = paired or computation in wrapped
-                group = _group_size(rest, devices)
+                if kind == "all-reduce" and computation in scattered:
+                    kind, result_type = "reduce-scatter", scattered[computation]
+                group = _first_group(rest, devices)
                 entry = (kind, name, result_type, computation, asynchronous, group)
                 found.append(entry + (paired,))
     collectives = []
@@ -350,9 +367,10 @@ def find_collectives(hlo: str) -> list[Collective]:
                 result_bytes=_type_bytes(result_type),
                 in_loop=computation in looped,
                 asynchronous=asynchronous,
-                group_size=group,
+                group_size=None if group is None else len(group),
                 element_types=tuple(dict.fromkeys(_ARRAY_TYPE_NAMES.findall(result_type))),
                 runs=runs.get(computation, 1) if computation in looped else 1,
+                axes=_axes(group, mesh),
             )
         )
     return collectives
@@ -383,6 +401,14 @@ def _check_compiled(compiled: Any) -> None:
         f"summarise needs a compiled program, jax.jit(f).lower(*args).compile(), got "
         f"{type(compiled).__name__} {compiled!r:.60}."
     )
+
+
+def _mesh(compiled: jax.stages.Compiled) -> jax.sharding.Mesh | None:
+    """The mesh of the program's first argument sharded on one, if any."""
+    for sharding in jax.tree.leaves(compiled.input_shardings):
+        if isinstance(sharding, jax.NamedSharding) and isinstance(sharding.mesh, jax.sharding.Mesh):
+            return sharding.mesh
+    return None
 
 
 def _name(function: Any) -> str:
@@ -494,30 +520,66 @@ def _runs_per_call(
 
 
 def _computations_in_async_pairs(computations: dict[str, list[tuple[str, str]]]) -> set[str]:
-    """The computations that an ``async-start`` runs: GPU and TPU compilers wrap a
-    reduce-scatter or an all-to-all in one, and the collective inside is asynchronous."""
-    wrapped = set()
+    """The computations whose collectives run asynchronously: those an ``async-start``
+    or a ``fusion-start`` runs (XLA:GPU wraps reduce-scatters and all-to-alls in the
+    first, its own collective kernels in the second), and XLA:TPU's
+    ``async_collective_fusion`` s, which overlap a collective with a matrix multiply."""
+    wrapped = {name for name in computations if name.startswith("async_collective_fusion")}
     for instructions in computations.values():
         for _, rest in instructions:
-            if _opcode_and_type(rest)[0] == "async-start":
+            if _opcode_and_type(rest)[0] in ("async-start", "fusion-start"):
                 wrapped.update(re.findall(r"\bcalls=%?([\w.-]+)", rest))
     return wrapped
 
 
-def _group_size(rest: str, devices: int | None) -> int | None:
-    """How many devices a collective runs among, from the text after its `=`."""
+def _all_reduce_scatters(computations: dict[str, list[tuple[str, str]]]) -> dict[str, str]:
+    """XLA:TPU's reduce-scatters: a fusion calling ``%all-reduce-scatter…``, an all-reduce
+    whose result each device slices. Maps the computation to the fusion's result type."""
+    scatters = {}
+    for instructions in computations.values():
+        for _, rest in instructions:
+            opcode, result_type = _opcode_and_type(rest)
+            callee = re.search(r"\bcalls=%?(all-reduce-scatter[\w.-]*)", rest)
+            if opcode == "fusion" and callee:
+                scatters[callee.group(1)] = result_type
+    return scatters
+
+
+def _first_group(rest: str, devices: int | None) -> tuple[int, ...] | None:
+    """The devices of a collective's first group, from the text after its `=`: all
+    groups have the same size, and (on a mesh) run along the same axes."""
     match = _REPLICA_GROUPS.search(rest)
     if match is None:
         return None
     if match["empty"]:
-        return devices
+        return None if devices is None else tuple(range(devices))
     if match["first"] is not None:
-        return len(re.findall(r"\d+", match["first"])) or devices
-    if match["iota"]:
-        return int(match["iota"].split(",")[-1])
-    sizes = dict(re.findall(r"'([^']+)'=(\d+)", match["mesh"]))
-    axes = re.findall(r"'([^']+)'", match["axes"]) or list(sizes)
-    return math.prod(int(sizes[axis]) for axis in axes if axis in sizes)
+        group = tuple(int(d) for d in re.findall(r"\d+", match["first"]))
+        return group or (None if devices is None else tuple(range(devices)))
+    if match["iota"]:  # [groups, size] <= [dims] T(permutation): an iota, transposed
+        shape = [int(d) for d in match["iota"].split(",")]
+        dims = [int(d) for d in match["reshape"].split(",")]
+        ids = np.arange(math.prod(dims)).reshape(dims)
+        if match["transpose"]:
+            ids = ids.transpose([int(d) for d in match["transpose"].split(",")])
+        return tuple(int(d) for d in ids.reshape(-1, shape[-1])[0])
+    sizes = [(axis, int(size)) for axis, size in re.findall(r"'([^']+)'=(\d+)", match["mesh"])]
+    named = set(re.findall(r"'([^']+)'", match["axes"])) or {axis for axis, _ in sizes}
+    ids = np.arange(math.prod(size for _, size in sizes)).reshape([size for _, size in sizes])
+    first = tuple(slice(None) if axis in named else 0 for axis, _ in sizes)
+    return tuple(int(d) for d in ids[first].reshape(-1))
+
+
+def _axes(group: tuple[int, ...] | None, mesh: jax.sharding.Mesh | None) -> tuple[str, ...] | None:
+    """The mesh axes along which the devices of ``group`` differ, if they are whole axes."""
+    if group is None or mesh is None or max(group, default=0) >= mesh.size:
+        return None
+    shape = tuple(mesh.shape.values())
+    positions = np.array(np.unravel_index(list(group), shape))
+    axes = tuple(
+        name for name, row in zip(mesh.axis_names, positions, strict=True) if len(set(row)) > 1
+    )
+    return axes if math.prod(mesh.shape[a] for a in axes) == len(group) else None
 
 
 def _opcode_and_type(rest: str) -> tuple[str | None, str]:
