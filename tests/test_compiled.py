@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -335,3 +337,88 @@ def test_send_and_recv_count_once_each_with_their_data():
     for collective in found.values():
         assert (collective.result_bytes, collective.asynchronous) == (256, True)
     assert (found["send"].sent_bytes, found["recv"].sent_bytes) == (256, 0)
+
+
+HLO = Path(__file__).parent / "hlo"
+
+
+class TestThreeBackends:
+    """Recorded optimised HLO of one program per backend: XLA:CPU run here, XLA:GPU for 8
+    H100s and XLA:TPU for a TPU v5e-8 compiled by jaxpar.compile_for (tests/hlo/; metadata
+    and most backend_config stripped). fsdp8: 8 bfloat16 layers, each weight gathered
+    over 8 devices, its gradient constrained back to its shard. scan: 4 layers under
+    lax.scan on a 2 x 4 mesh, each weight gathered over "model" in the loop."""
+
+    @staticmethod
+    def kinds(backend: str, program: str = "fsdp8", mesh=None) -> dict:
+        text = (HLO / f"{program}_{backend}.txt").read_text()
+        found: dict = {}
+        for c in find_collectives(text, mesh):
+            key = (c.kind, c.element_types, c.asynchronous, c.group_size)
+            found[key] = found.get(key, 0) + 1
+        return found
+
+    def test_cpu_widens_bfloat16_and_has_no_reduce_scatter_or_async_pairs(self):
+        assert self.kinds("cpu") == {
+            ("all-gather", ("f32",), False, 8): 8,
+            ("all-reduce", ("f32",), False, 8): 1,  # 8 gradients and the loss, one tuple
+        }
+
+    def test_gpu_combines_into_async_bfloat16_pairs_and_a_reduce_scatter(self):
+        assert self.kinds("gpu") == {
+            ("all-gather", ("bf16",), False, 8): 1,
+            ("all-gather", ("bf16",), True, 8): 2,  # all-gather-start/-done of 3 weights
+            ("reduce-scatter", ("bf16",), True, 8): 1,  # all 8 gradients in one tuple
+            ("all-reduce", ("f32",), True, 8): 1,  # the loss, in a fusion-start kernel
+        }
+        scatter = next(
+            c
+            for c in find_collectives((HLO / "fsdp8_gpu.txt").read_text())
+            if c.kind == "reduce-scatter"
+        )
+        assert scatter.result_bytes == 8 * 2048 * 256 * 2  # the -done's shards, not the inputs
+
+    def test_tpu_all_reduce_scatter_fusions_and_async_collective_fusions(self):
+        assert self.kinds("tpu") == {
+            ("all-gather", ("bf16",), False, 8): 10,
+            ("all-gather", ("bf16",), True, 8): 7,  # overlapped with a matmul in a fusion
+            ("reduce-scatter", ("bf16",), False, 8): 8,  # all-reduce + slice, per gradient
+            ("all-reduce", ("f32",), False, 8): 1,
+        }
+        scatters = [
+            c
+            for c in find_collectives((HLO / "fsdp8_tpu.txt").read_text())
+            if c.kind == "reduce-scatter"
+        ]
+        assert {c.result_bytes for c in scatters} == {2048 * 256 * 2}
+
+    @pytest.mark.parametrize("backend", ["cpu", "gpu", "tpu"])
+    def test_loop_trip_counts_and_mesh_axes(self, backend):
+        mesh = jax.make_mesh((2, 4), ("data", "model"))
+        found = find_collectives((HLO / f"scan_{backend}.txt").read_text(), mesh)
+        assert [(c.kind, c.in_loop, c.runs, c.group_size, c.axes) for c in found] == [
+            ("all-gather", True, 4, 4, ("model",)),
+            ("all-reduce", True, 4, 2, ("data",)),
+        ]
+
+    @pytest.mark.parametrize(
+        "groups, axes",
+        [
+            ("{{0,1,2,3},{4,5,6,7}}", ("model",)),
+            ("{{0,4},{1,5},{2,6},{3,7}}", ("data",)),
+            ("[2,4]<=[8]", ("model",)),
+            ("[4,2]<=[2,4]T(1,0)", ("data",)),
+            ("{}", ("data", "model")),
+            ("mesh['data'=2,'model'=4] {'data'}", ("data",)),
+            ("{{0,1},{2,3},{4,5},{6,7}}", None),  # half of "model": not a whole axis
+        ],
+    )
+    def test_every_form_of_replica_groups_names_its_axes(self, groups, axes):
+        mesh = jax.make_mesh((2, 4), ("data", "model"))
+        text = (
+            "HloModule m, num_partitions=8\n\nENTRY %main (p: f32[4]) -> f32[4] {\n"
+            "  %p = f32[4]{0} parameter(0)\n"
+            f"  ROOT %all-reduce = f32[4]{{0}} all-reduce(%p), replica_groups={groups}, to_apply=%add\n}}\n"
+        )
+        (collective,) = find_collectives(text, mesh)
+        assert collective.axes == axes

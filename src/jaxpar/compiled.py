@@ -131,6 +131,11 @@ class CompiledSummary:
     body is counted once, whatever the number of iterations); ``None`` if not reported."""
     collectives: tuple[Collective, ...]
     """Every collective in the program, in the order of the HLO text."""
+    peak_bytes: int | None = None
+    """The backend's own peak (``peak_memory_in_bytes``), whose meaning differs: XLA:GPU
+    and XLA:TPU count the temporaries alive at the worst moment, while XLA:CPU leaves them
+    out; XLA:TPU also reports most of a step's intermediates here and not among its
+    temporaries."""
 
     @property
     def total_bytes(self) -> int | None:
@@ -288,6 +293,7 @@ def summarise(compiled: jax.stages.Compiled) -> CompiledSummary:
         generated_code_bytes=_memory_part(memory, "generated_code_size_in_bytes"),
         flops=_flops(compiled),
         collectives=tuple(find_collectives(compiled.as_text(), _mesh(compiled))),
+        peak_bytes=_memory_part(memory, "peak_memory_in_bytes"),
     )
 
 
@@ -482,9 +488,11 @@ def _runs_per_call(
         for _, rest in instructions:
             if _opcode_and_type(rest)[0] == "while":
                 count = re.search(r'"known_trip_count":\{"n":"(\d+)"', rest)
-                n = int(count.group(1)) if count else None
                 body = re.search(r"\bbody=%?([\w.-]+)", rest)
                 condition = re.search(r"\bcondition=%?([\w.-]+)", rest)
+                n = int(count.group(1)) if count else None
+                if n is None and condition:
+                    n = _counted_loop(rest, instructions, computations.get(condition.group(1), []))
                 if body:
                     edges.setdefault(computation, []).append((body.group(1), n))
                 if condition:
@@ -517,6 +525,29 @@ def _runs_per_call(
             else:
                 runs[callee] = before + caller_runs * factor
     return runs
+
+
+def _counted_loop(
+    loop: str, caller: list[tuple[str, str]], condition: list[tuple[str, str]]
+) -> int | None:
+    """The trip count of a loop XLA records none for (XLA:TPU), if its condition is
+    ``i < N`` with a constant N and its counter starts at a constant 0: a ``lax.scan``
+    or a ``fori_loop`` as JAX emits them; ``None`` for anything else."""
+    named = dict(condition) | dict(caller)
+    test = re.match(r"\S+\s+compare\(%?([\w.-]+),\s*%?([\w.-]+)\).*direction=LT", condition[-1][1])
+    bound = re.match(r"s32\[\]\S*\s+constant\((\d+)\)", named.get(test[2], "")) if test else None
+    counter = re.search(r"get-tuple-element\(.*\bindex=(\d+)", named.get(test[1], "")) if test else None
+    start = re.search(r"\bwhile\(%?([\w.-]+)\)", loop)
+    if not (bound and counter and start):
+        return None
+    operands = re.search(r"\btuple\(([^)]*)\)", named.get(start[1], ""))
+    if operands is None:
+        return None
+    first = [o.strip().lstrip("%") for o in operands[1].split(",")][int(counter[1])]
+    while copied := re.search(r"\bcopy\(%?([\w.-]+)\)", named.get(first, "")):
+        first = copied[1]  # XLA:TPU copies the counter's first value into the loop
+    zero = re.match(r"s32\[\]\S*\s+constant\(0\)", named.get(first, ""))
+    return int(bound[1]) if zero else None
 
 
 def _computations_in_async_pairs(computations: dict[str, list[tuple[str, str]]]) -> set[str]:

@@ -208,12 +208,13 @@ def compile_for(
         def loss(w, x):
             return jnp.mean(jnp.square(x @ w).astype(jnp.float32))
 
-        for target in ("cpu", "h100-8"):
+        def gradient_sum(target):
             summary = summarise(compile_for(target, jax.grad(loss), w, x))
-            gradient_sum = summary.collectives[0]
-            print(target, gradient_sum.kind, gradient_sum.element_types, gradient_sum.asynchronous)
-        #> cpu all-reduce ('f32',) False
-        #> h100-8 all-reduce ('bf16',) True
+            collective = summary.collectives[0]
+            return collective.kind, collective.element_types, collective.asynchronous
+
+        print(gradient_sum("cpu"), gradient_sum("h100-8"))
+        #> ('all-reduce', ('f32',), False) ('all-reduce', ('bf16',), True)
         ```
     """
     chosen = _target(target)
@@ -422,4 +423,3 @@ def _abstract_on(mesh: jax.sharding.Mesh, leaf: Any) -> Any:
         sharding=jax.NamedSharding(mesh, spec),
         weak_type=bool(getattr(leaf, "weak_type", False)),
     )
-

@@ -141,7 +141,9 @@ def machine() -> str:
             if line.startswith(("flags", "Features")):
                 flags |= set(line.split(":", 1)[1].split()) & CPU_FEATURES
     settings = {k: v for k, v in os.environ.items() if k.startswith(("JAX_", "XLA_"))}
-    packages = sorted(f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions())
+    compilers = Path(sys.prefix) / "xla-compilers"  # jaxpar.compile_for's, outside sys.path
+    found = [*metadata.distributions(), *metadata.distributions(path=[str(compilers)])]
+    packages = sorted(f"{d.metadata['Name']}=={d.version}" for d in found)
     return json.dumps(
         [sys.version, platform.machine(), sorted(flags), sorted(settings.items()), packages]
     )
@@ -387,7 +389,11 @@ NARROWER: dict[tuple[str, str], Callable[[dict[str, object]], tuple[str, ...]]] 
     ("test_meshes.py", ""): _test_module("test_meshes.py"),
     ("test_data.py", ""): _test_module("test_data.py"),
     ("test_timing.py", ""): _test_module("test_timing.py"),
-    ("test_compiled.py", ""): _test_module("test_compiled.py"),
+    ("test_compiled.py", ""): lambda params: (
+        *_test_module("test_compiled.py")(params),
+        "tests/hlo/*",
+    ),
+    ("test_targets.py", ""): _test_module("test_targets.py"),
     ("test_profiles.py", ""): _test_module("test_profiles.py"),
     ("test_tolerances.py", ""): lambda _: SNIPPET_RUNNER,
     # This module's own tests: the tools, and the real snippets and jaxpar they key.

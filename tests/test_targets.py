@@ -1,0 +1,117 @@
+"""Tests of jaxpar.targets: compiling for GPUs and TPUs this machine does not have."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from jaxpar import TARGETS, CompilerNotInstalledError, compile_for, summarise, target_devices
+from jaxpar import targets as module
+
+
+@pytest.fixture(scope="module")
+def mesh() -> jax.sharding.Mesh:
+    return jax.make_mesh((2, 4), ("data", "model"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+
+
+def sds(mesh, shape, spec, dtype=jnp.bfloat16):
+    return jax.ShapeDtypeStruct(shape, dtype, sharding=jax.NamedSharding(mesh, spec))
+
+
+def loss(w, x):
+    return jnp.mean(jnp.square(x @ w).astype(jnp.float32))
+
+
+@pytest.mark.parametrize("name", [name for name in TARGETS if name != "cpu"])
+def test_every_target_has_its_devices_and_compiles_a_sharded_gradient(name, mesh):
+    target, devices = TARGETS[name], target_devices(name)
+    assert len(devices) == target.devices
+    assert len({d.process_index for d in devices}) == target.hosts
+    size = min(8, target.devices)
+    small = jax.make_mesh((2, size // 2), ("data", "model"), devices=jax.devices()[:size])
+    w, x = sds(small, (256, 256), jax.P(None, "model")), sds(small, (64, 256), jax.P("data"))
+    summary = summarise(compile_for(name, jax.grad(loss), w, x))
+    assert summary.collectives and all(
+        c.element_types == ("bf16",) for c in summary.collectives[:1]
+    )
+    assert summary.argument_bytes == (256 * 256 // (size // 2) + 64 // 2 * 256) * 2
+
+
+def test_arguments_keep_their_specs_and_axis_types_on_the_target(mesh):
+    explicit = jax.make_mesh((8,), ("data",), axis_types=(jax.sharding.AxisType.Explicit,))
+    x = sds(explicit, (64, 128), jax.P("data"))
+    compiled = compile_for("h100-8", lambda x: jnp.sum(x, axis=0), x)
+    (sharding,) = jax.tree.leaves(compiled.input_shardings)
+    assert sharding.spec == jax.P("data")
+    assert sharding.mesh.axis_types == (jax.sharding.AxisType.Explicit,)
+    assert sharding.mesh.devices.flat[0].device_kind == "NVIDIA H100 80GB HBM3"
+
+
+def test_a_larger_abstract_mesh_compiles_for_two_hosts():
+    hosts = jax.sharding.AbstractMesh((2, 8), ("hosts", "gpus"))
+    x = sds(hosts, (64, 128), jax.P(("hosts", "gpus")), jnp.float32)
+    summary = summarise(compile_for("h100-16", lambda x: jnp.sum(x, axis=0), x))
+    (collective,) = summary.collectives
+    assert (collective.group_size, collective.axes) == (16, ("hosts", "gpus"))
+
+
+def test_hosts_are_the_outer_axis_of_a_two_host_mesh():
+    target_mesh = module._mesh_on(
+        jax.sharding.AbstractMesh((2, 8), ("hosts", "gpus")), target_devices("h100-16")
+    )
+    assert [[d.process_index for d in row] for row in target_mesh.devices] == [[0] * 8, [1] * 8]
+
+
+def test_cpu_compiles_as_usual(mesh):
+    w, x = sds(mesh, (256, 256), jax.P()), sds(mesh, (64, 256), jax.P("data"))
+    (collective,) = summarise(compile_for("cpu", jax.grad(loss), w, x)).collectives
+    assert collective.element_types == ("f32",)  # XLA:CPU widens bfloat16 collectives
+
+
+def test_unknown_target_names_the_known_ones(mesh):
+    with pytest.raises(
+        ValueError, match=r"Unknown target 'h100'; compile_for knows 'cpu', 'h100-8'"
+    ):
+        compile_for("h100", loss, sds(mesh, (8, 8), jax.P()), sds(mesh, (8, 8), jax.P()))
+
+
+def test_a_mesh_larger_than_the_target_names_larger_targets():
+    hosts = jax.sharding.AbstractMesh((2, 8), ("hosts", "gpus"))
+    with pytest.raises(
+        ValueError, match=r"has 16 devices, more than v5e-8's 8 .*\(h100-16, v5e-16\)"
+    ):
+        compile_for("v5e-8", jnp.sum, sds(hosts, (16,), jax.P(("hosts", "gpus"))))
+
+
+def test_arguments_without_a_mesh_are_refused_with_the_fix():
+    with pytest.raises(
+        ValueError, match=r"found none\. Give the arguments NamedShardings on one mesh"
+    ):
+        compile_for("h100-8", jnp.sum, jax.ShapeDtypeStruct((8,), jnp.float32))
+
+
+def test_arguments_on_two_meshes_are_refused(mesh):
+    other = jax.make_mesh((8,), ("data",))
+    with pytest.raises(ValueError, match=r"found \{'data': 2, 'model': 4\} and \{'data': 8\}"):
+        compile_for("h100-8", lambda a, b: a, sds(mesh, (8,), jax.P()), sds(other, (8,), jax.P()))
+
+
+def test_not_a_function_is_refused(mesh):
+    with pytest.raises(TypeError, match=r"needs the function to compile, got int"):
+        compile_for("h100-8", 3, sds(mesh, (8,), jax.P()))
+
+
+def test_a_missing_compiler_names_what_to_install(monkeypatch):
+    monkeypatch.setattr(module, "_find", lambda relative, package: None)
+    with pytest.raises(
+        CompilerNotInstalledError, match=r"needs jax-cuda13-pjrt==0\.12\.0\.1.*run `make`"
+    ):
+        module._cuda_plugin.__wrapped__()
+
+
+def test_an_unknown_gpu_description_lists_those_installed():
+    with pytest.raises(
+        CompilerNotInstalledError, match=r"no description of 'H800'; it has .*NVIDIA H100 80GB HBM3"
+    ):
+        module._gpu_spec("H800")
