@@ -1,8 +1,8 @@
 """Compiling with jaxpar for hardware this machine does not have: 8 H100s, 2 hosts of them, a TPU v5e-8.
 
 The site's MLP, widened to 1024 -> 4096 -> 1024 so that its layers have a real layer's
-sizes, with float32 parameters, bfloat16 compute and momentum SGD, in the three layouts
-of the model-sharding page (replicated, FSDP, tensor parallel) on a 2 x 4 mesh.
+sizes, with float32 parameters, bfloat16 compute and momentum SGD, in the four layouts
+of the GPT page (replicated, FSDP, tensor parallel, FSDP x tensor) on a 2 x 4 mesh.
 `jaxpar.compile_for` compiles each training step for XLA:CPU (this machine's 8 simulated
 devices), for 8 NVIDIA H100s (XLA:GPU) and for a TPU v5e-8 (XLA:TPU), without a GPU or a
 TPU: XLA's "deviceless" compiling. `jaxpar.summarise` reads each compiled program: its
@@ -36,6 +36,10 @@ LAYOUTS = {  # a partition spec per weight, and the batch's
     "FSDP": ({"hidden": jax.P(ALL, None), "out": jax.P(ALL, None)}, jax.P(ALL)),
     "tensor parallel": (
         {"hidden": jax.P(None, "model"), "out": jax.P("model", None)},
+        jax.P("data"),
+    ),
+    "FSDP x tensor": (
+        {"hidden": jax.P("data", "model"), "out": jax.P("model", "data")},
         jax.P("data"),
     ),
 }
@@ -120,16 +124,28 @@ for layout in LAYOUTS:
     for target in ("cpu", "h100-8", "v5e-8"):
         summary = summarise(compiled_for(target, layout))
         summaries[layout, target] = summary
-        print(f"  {target:7} {'; '.join(collectives(summary))}")
+        print(f"  {target:7} " + "\n          ".join(collectives(summary)))
 # --8<-- [end:layouts]
 
 # %% memory
 # --8<-- [start:memory]
-print("MB per device      arguments  outputs  aliased  temporaries  peak")
+print(f"{'MB per device':23} arguments  outputs  aliased  temporaries   peak")
 for (layout, target), s in summaries.items():
-    print(f"{layout[:10]:10} {target:7} {megabytes(s.argument_bytes):>9} {megabytes(s.output_bytes):>8}"
-          f" {megabytes(s.alias_bytes):>8} {megabytes(s.temp_bytes):>12} {megabytes(s.peak_bytes):>5}")  # fmt: skip
+    print(f"{layout:15} {target:7} {megabytes(s.argument_bytes):>9} {megabytes(s.output_bytes):>8}"
+          f" {megabytes(s.alias_bytes):>8} {megabytes(s.temp_bytes):>12} {megabytes(s.peak_bytes):>6}")  # fmt: skip
 # --8<-- [end:memory]
+
+# %% scheduler
+# --8<-- [start:scheduler]
+# XLA options apply to one compile: here, XLA:GPU's latency-hiding scheduler turned off.
+for scheduler in (True, False):
+    options = {"xla_gpu_enable_latency_hiding_scheduler": scheduler}
+    summary = summarise(
+        compile_for("h100-8", train_step, *arguments("FSDP"), compiler_options=options)
+    )
+    print(f"scheduler {'on' if scheduler else 'off'}:")
+    print("\n".join(f"  {line}" for line in collectives(summary)))
+# --8<-- [end:scheduler]
 
 # %% two_hosts
 # --8<-- [start:two_hosts]
@@ -166,7 +182,7 @@ print(f"8 heads x 2048 tokens, bfloat16: the scores take {megabytes(scores)} MB"
 for target in ("cpu", "h100-8", "v5e-8"):
     s = summarise(compile_for(target, attention, q, q, q))
     print(
-        f"  {target:7} temporaries {megabytes(s.temp_bytes):>5} MB, peak {megabytes(s.peak_bytes):>5} MB"
+        f"  {target:7} temporaries {megabytes(s.temp_bytes):>5} MB, peak {megabytes(s.peak_bytes):>6} MB"
     )
 # --8<-- [end:attention]
 
