@@ -35,6 +35,7 @@ FILES = {
     "tests/test_site.py": "site tests",
     "tests/test_snippets.py": "snippet tests",
     "tests/test_launch.py": "launch tests",
+    "tests/hlo/fsdp8_gpu.txt": "recorded XLA:GPU HLO",
 }
 SNIPPET_A = REPO / "snippets/basics/jax_in_one_page.py"
 TESTS = {  # a test of each kind: (module, name, parameters)
@@ -44,6 +45,7 @@ TESTS = {  # a test of each kind: (module, name, parameters)
         "test_snippet_output_matches_recording",
         {"snippet": SNIPPET_A},
     ),
+    "parser": ("test_compiled.py", "test_loop_trip_counts_and_mesh_axes", {"backend": "gpu"}),
     "snippet gpt": (
         "test_snippets.py",
         "test_snippet_output_matches_recording",
@@ -113,9 +115,11 @@ def keys(files: dict[str, str]) -> dict[str, str]:
         ("src/jaxpar/batching.py", API),
         ("src/jaxpar/compiled.py", API),
         # its code: what runs it (a code edit changes both the module and its code)
-        ("src/jaxpar/compiled.py#code", API | {"snippet gpt"}),  # gpt.py uses jaxpar.summarise
+        # gpt.py uses jaxpar.summarise, and the parser's tests test it
+        ("src/jaxpar/compiled.py#code", API | {"snippet gpt", "parser"}),
+        ("tests/hlo/fsdp8_gpu.txt", {"parser"}),  # recorded HLO: only the parser's tests
         ("src/jaxpar/launch.py#code", API | {"launcher"}),
-        ("tools/sitetools/snippets.py", set(TESTS) - {"launcher"}),  # the snippet runner
+        ("tools/sitetools/snippets.py", set(TESTS) - {"launcher", "parser"}),  # the runner
         ("tools/sitetools/hant.py", SITE),  # other site machinery
         ("mkdocs.yml", SITE),
         ("tests/test_snippets.py", {"snippet a", "snippet gpt", "fewer devices"}),  # a test module

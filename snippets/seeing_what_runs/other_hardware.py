@@ -12,6 +12,7 @@ H100s (what crosses hosts), attention's temporaries on each backend, and the lim
 Nothing here runs on the targets: it compiles. Compile times go to standard error.
 """
 
+# needs 8 devices: XLA:CPU compiles the same 2 x 4 mesh as the 8 GPUs and TPU chips; on a machine with GPUs run it with JAX_PLATFORMS=cpu
 import jax
 
 jax.config.update("jax_num_cpu_devices", 8)

@@ -394,6 +394,11 @@ NARROWER: dict[tuple[str, str], Callable[[dict[str, object]], tuple[str, ...]]] 
         "tests/hlo/*",
     ),
     ("test_targets.py", ""): _test_module("test_targets.py"),
+    ("test_chapter_other_hardware.py", ""): lambda _: (
+        "snippets/seeing_what_runs/other_hardware.out",
+        "docs/en/*",
+        "tools/sitetools/*",
+    ),
     ("test_profiles.py", ""): _test_module("test_profiles.py"),
     ("test_tolerances.py", ""): lambda _: SNIPPET_RUNNER,
     # This module's own tests: the tools, and the real snippets and jaxpar they key.
