@@ -376,6 +376,9 @@ def _load_libtpu() -> None:
     # name the hosts, and change nothing in what it compiles.
     os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-8")
     os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
+    # libtpu locks /tmp/libtpu_lockfile so that one process owns a TPU; with no TPU to own,
+    # several processes (test workers, two scripts) may compile at once.
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     xla_client.load_pjrt_plugin_dynamically("tpu", str(path))
 
 
