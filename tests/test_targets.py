@@ -115,3 +115,21 @@ def test_an_unknown_gpu_description_lists_those_installed():
         CompilerNotInstalledError, match=r"no description of 'H800'; it has .*NVIDIA H100 80GB HBM3"
     ):
         module._gpu_spec("H800")
+
+
+def test_a_shard_map_that_ran_on_another_mesh_asks_to_be_wrapped_again():
+    mesh = jax.make_mesh((8,), ("x",))
+    total = jax.jit(
+        jax.shard_map(lambda a: jax.lax.psum(a, "x"), in_specs=jax.P("x"), out_specs=jax.P())
+    )
+    a = jax.device_put(jnp.ones(8), jax.NamedSharding(mesh, jax.P("x")))
+    with jax.set_mesh(mesh):
+        total(a)  # its shard_map now holds this mesh
+    with pytest.raises(
+        ValueError, match=r"keeps the mesh of its first call .* Wrap the function again"
+    ):
+        compile_for("h100-8", total, a)
+    again = jax.jit(
+        jax.shard_map(lambda a: jax.lax.psum(a, "x"), in_specs=jax.P("x"), out_specs=jax.P())
+    )
+    assert summarise(compile_for("h100-8", again, a)).counts() == {"all-reduce": 1}

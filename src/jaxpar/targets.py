@@ -165,7 +165,8 @@ def compile_for(
     names, sizes and axis types on the target's devices, each argument keeps its
     ``PartitionSpec``, and the program is lowered and compiled inside ``jax.set_mesh`` of
     that mesh. So write the function with ``jax.P`` specs, not with ``NamedSharding`` s
-    that name this machine's mesh.
+    that name this machine's mesh; and give it a ``jax.shard_map`` that has not run yet,
+    since one without ``mesh=`` keeps the mesh of its first call.
 
     On XLA:GPU nothing is autotuned (matrix-multiply tilings may differ from a compile on
     a GPU; sharding, collectives and memory plan do not depend on that), and no timing or
@@ -187,7 +188,8 @@ def compile_for(
 
     Raises:
         ValueError: ``target`` is not a known name, the arguments name no mesh or two
-            different meshes, or the mesh has more devices than the target.
+            different meshes, the mesh has more devices than the target, or a
+            ``jax.shard_map`` in the function already ran on another mesh.
         CompilerNotInstalledError: the target's compiler is not installed; the message
             says what to install.
 
@@ -239,7 +241,20 @@ def compile_for(
     target_mesh = _mesh_on(mesh, target_devices(chosen.name)[: mesh.size])
     args, kwargs = jax.tree.map(functools.partial(_abstract_on, target_mesh), (args, kwargs))
     with jax.set_mesh(target_mesh):
-        return jitted.lower(*args, **kwargs).compile(compiler_options)
+        try:
+            lowered = jitted.lower(*args, **kwargs)
+        except ValueError as error:
+            if "should match the mesh passed to shard_map" not in str(error):
+                raise
+            raise ValueError(
+                f"compile_for could not compile for {chosen.name}: the function holds a "
+                f"jax.shard_map without mesh= that has already run on another mesh, and "
+                f"such a shard_map keeps the mesh of its first call (jax "
+                f"{jax.__version__}). Wrap the function again for the target: "
+                f"compile_for({chosen.name!r}, jax.jit(jax.shard_map(f, in_specs=..., "
+                f"out_specs=...)), *args)."
+            ) from error
+        return lowered.compile(compiler_options)
 
 
 @functools.cache
