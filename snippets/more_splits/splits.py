@@ -34,7 +34,7 @@ from jax import lax
 from jax.sharding import AxisType
 from jax.sharding import PartitionSpec as P
 
-from jaxpar import summarise
+from jaxpar import compile_for, summarise
 
 N = 8  # devices: stages, sequence blocks, experts
 EXPLICIT = (AxisType.Explicit,)
@@ -553,6 +553,12 @@ for e in range(N):
     exact &= np.array_equal(received[e, : len(rows)], rows) and not received[e, len(rows) :].any()
 print(f"the plan through the documented semantics: each expert gets exactly its choices: {exact}")
 print(f"rows per expert: {plan[-1].sum(1).tolist()}, of room for {N * TOKENS} each")
+# Compiled without the hardware for 8 H100s and a TPU v5e-8 (jaxpar.compile_for), with a
+# shard_map of its own: one without mesh= keeps the mesh of its first call, XLA:CPU's here.
+for target in ("h100-8", "v5e-8"):
+    exchange = jax.jit(jax.shard_map(ragged_dispatch, **by_expert))
+    for c in summarise(compile_for(target, exchange, inputs[0], router)).collectives:
+        print(f"{target}: {c.kind} of {'/'.join(c.element_types)}, {c.result_bytes:,} B")
 # --8<-- [end:ragged]
 
 
@@ -609,6 +615,10 @@ for tokens in (256, 1024, 2048):
     print(f"{tokens:>8,} {entries:>13,} {compiled_cost(one_hot_moe, tokens)}")
 print(f"2,048 tokens in groups of 256:  {compiled_cost(grouped_moe, 2048)}")
 print(f"2,048 tokens sorted by expert:  {compiled_cost(sorted_moe, 2048)}")
+one_chip = jax.make_mesh((1,), ("x",), (AxisType.Auto,), devices=jax.devices()[:1])
+tokens = jax.ShapeDtypeStruct((2048, WIDTH), jnp.float32, sharding=jax.NamedSharding(one_chip, P()))
+tpu = compile_for("v5e-8", sorted_moe, tokens, router, w_in, w_out).cost_analysis()["flops"]
+print(f"the same, compiled for one TPU v5e chip: {tpu / 1e6:,.1f} MFLOP")
 useful = 2048 * TOP_K * 2 * (WIDTH * HIDDEN + HIDDEN * WIDTH) / 1e6  # 2 FLOPs a multiply-add
 print(f"the experts' own products, 2,048 tokens x {TOP_K} choices: {useful:.1f} MFLOP")
 many = rng.standard_normal((2048, WIDTH), np.float32)
