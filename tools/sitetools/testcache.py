@@ -370,6 +370,7 @@ NARROWER: dict[tuple[str, str], Callable[[dict[str, object]], tuple[str, ...]]] 
     ("test_snippets.py", "test_snippet_output_matches_recording"): _snippet_run,
     ("test_snippets.py", "test_snippets_run_on_fewer_devices"): _fewer_devices,
     ("test_examples.py", "test_example"): _example_file,
+    ("test_examples.py", "test_example_in_its_own_process"): _example_file,
     ("test_browser.py", "test_page_loads_cleanly_and_accessibly"): _loaded_page,
     ("test_browser.py", "test_search_finds_pages_of_its_own_language_only"): _searched_language,
     ("test_site.py", "test_notebook_page_and_download_in_every_language"): _notebook,
