@@ -536,7 +536,9 @@ def _counted_loop(
     named = dict(condition) | dict(caller)
     test = re.match(r"\S+\s+compare\(%?([\w.-]+),\s*%?([\w.-]+)\).*direction=LT", condition[-1][1])
     bound = re.match(r"s32\[\]\S*\s+constant\((\d+)\)", named.get(test[2], "")) if test else None
-    counter = re.search(r"get-tuple-element\(.*\bindex=(\d+)", named.get(test[1], "")) if test else None
+    counter = (
+        re.search(r"get-tuple-element\(.*\bindex=(\d+)", named.get(test[1], "")) if test else None
+    )
     start = re.search(r"\bwhile\(%?([\w.-]+)\)", loop)
     if not (bound and counter and start):
         return None
