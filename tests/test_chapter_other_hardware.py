@@ -23,7 +23,7 @@ def layouts() -> dict[tuple[str, str], list[tuple[int, str, str, int, str, bool]
             continue
         head = line[:10].strip()
         target = head or target
-        count, kind, dtype, _, group, axes, *rest = line[10:].split()
+        count, kind, dtype, _, _, _, group, axes, *rest = line[10:].split()
         found.setdefault((layout, target), []).append(
             (int(count), kind, dtype, int(group), axes.strip("()"), rest == ["async"])
         )
@@ -132,8 +132,16 @@ def test_attention_scores_materialise_on_gpu_in_float32_and_cpu_reports_none():
 
 def test_the_scheduler_turns_off_the_reduce_scatters_overlap():
     on, off = OUT["scheduler"].split("scheduler off:")
-    assert "1 reduce-scatter bf16 among 8 (data,model) async" in on
-    assert "1 reduce-scatter bf16 among 8 (data,model)\n" in off + "\n"
+    assert "1 reduce-scatter bf16 2.1 MB among 8 (data,model) async" in on
+    assert "1 reduce-scatter bf16 2.1 MB among 8 (data,model)\n" in off + "\n"
+    # the weights' all-gather is the asynchronous one with the scheduler, the batch's without
+    assert "1 all-gather bf16 16.8 MB among 8 (data,model) async" in on
+    assert "1 all-gather bf16 0.5 MB among 8 (data,model) async" in off
+
+
+def test_xla_tpu_gathers_each_weight_once_like_the_others():
+    gathers = [c for c in layouts()["FSDP", "v5e-8"] if c[1] == "all-gather"]
+    assert sum(c[0] for c in gathers) == 3  # two weights and the batch's activations
 
 
 def test_limits_say_what_cannot_be_had():

@@ -380,8 +380,9 @@ class TestThreeBackends:
 
     def test_tpu_all_reduce_scatter_fusions_and_async_collective_fusions(self):
         assert self.kinds("tpu") == {
-            ("all-gather", ("bf16",), False, 8): 10,
-            ("all-gather", ("bf16",), True, 8): 7,  # overlapped with a matmul in a fusion
+            ("all-gather", ("bf16",), False, 8): 6,
+            # overlapped with a matmul: each written as clones of one channel, counted once
+            ("all-gather", ("bf16",), True, 8): 2,
             ("reduce-scatter", ("bf16",), False, 8): 8,  # all-reduce + slice, per gradient
             ("all-reduce", ("f32",), False, 8): 1,
         }

@@ -91,16 +91,25 @@ def compiled_for(target, layout, on=mesh):
 
 
 def collectives(summary):
-    """One line per kind of collective: count, element types, group size, mesh axes, and
-    whether it runs asynchronously (overlapping other work)."""
-    kinds = Counter(
-        (c.kind, "/".join(c.element_types), c.group_size, ",".join(c.axes or ("?",)), c.asynchronous)
-        for c in summary.collectives
-    )  # fmt: skip
+    """One line per kind of collective: count, element types, megabytes of results, group
+    size, mesh axes, and whether it is an asynchronous start/done pair."""
+    kinds, sizes = Counter(), Counter()
+    for c in summary.collectives:
+        key = (
+            c.kind,
+            "/".join(c.element_types),
+            c.group_size,
+            ",".join(c.axes or ("?",)),
+            c.asynchronous,
+        )
+        kinds[key] += 1
+        sizes[key] += c.result_bytes
     return [
-        f"{count} {kind} {types} among {group} ({axes}){' async' if is_async else ''}"
-        for (kind, types, group, axes, is_async), count in sorted(kinds.items())
-    ]
+        f"{count} {kind} {types} {megabytes(sizes[key])} MB among {key[2]} ({key[3]})"
+        + (" async" if key[4] else "")
+        for key, count in sorted(kinds.items())
+        for kind, types in [key[:2]]
+    ]  # fmt: skip
 
 
 def megabytes(n):

@@ -133,9 +133,10 @@ class CompiledSummary:
     """Every collective in the program, in the order of the HLO text."""
     peak_bytes: int | None = None
     """The backend's own peak (``peak_memory_in_bytes``), whose meaning differs: XLA:GPU
-    and XLA:TPU count the temporaries alive at the worst moment, while XLA:CPU leaves them
-    out; XLA:TPU also reports most of a step's intermediates here and not among its
-    temporaries."""
+    counts the buffers alive at the worst moment, temporaries included; XLA:CPU leaves the
+    temporaries out; XLA:TPU counts, besides its device memory (HBM), the buffers it places
+    in the chip's on-chip vector memory (memory space ``S(1)`` in the HLO), which
+    :attr:`temp_bytes` leaves out. For a device's main memory, read :attr:`total_bytes`."""
 
     @property
     def total_bytes(self) -> int | None:
@@ -143,7 +144,8 @@ class CompiledSummary:
         most. XLA packs the temporaries by their lifetimes already; the sum is an upper
         bound in that it adds the three parts as if all were alive at once. On XLA:CPU the
         temporaries leave out the buffers of library calls XLA hands whole subgraphs to
-        (``ynn_fusion``), so read them as a lower bound there. Note that
+        (``ynn_fusion``), so read them as a lower bound there; on XLA:TPU they leave out
+        what it keeps in on-chip memory, which is not the device memory this counts. Note that
         ``memory_analysis().peak_memory_in_bytes`` leaves the temporaries out on XLA:CPU."""
         parts = (self.argument_bytes, self.output_bytes, self.alias_bytes, self.temp_bytes)
         if any(part is None for part in parts):
@@ -359,6 +361,7 @@ def find_collectives(hlo: str, mesh: jax.sharding.Mesh | None = None) -> list[Co
                 group = _first_group(rest, devices)
                 entry = (kind, name, result_type, computation, asynchronous, group)
                 found.append(entry + (paired,))
+    found = _one_per_channel(found, computations)
     collectives = []
     for kind, name, result_type, computation, asynchronous, group, paired in found:
         if kind in ("send", "recv"):  # (data, u32[] context, token[]): the data alone
@@ -525,6 +528,34 @@ def _runs_per_call(
             else:
                 runs[callee] = before + caller_runs * factor
     return runs
+
+
+def _one_per_channel(
+    found: list[tuple[str, str, str, str, bool, tuple[int, ...] | None, bool]],
+    computations: dict[str, list[tuple[str, str]]],
+) -> list[tuple[str, str, str, str, bool, tuple[int, ...] | None, bool]]:
+    """One entry per collective: XLA:TPU writes an asynchronous collective as clones of
+    one instruction, with one ``channel_id``, in the fusion that starts it, in each
+    ``async_collective_fusion`` that overlaps it with work, and in the fusion that waits
+    for it. The clones are one collective, asynchronous if any of them is."""
+    channels: dict[str, str] = {}  # instruction name -> its channel_id
+    for instructions in computations.values():
+        for name, rest in instructions:
+            channel = re.search(r"\bchannel_id=(\d+)", rest)
+            if channel:
+                channels[name] = channel.group(1)
+    kept: dict[tuple[str, str], int] = {}  # (kind, channel) -> index in the result
+    result: list[tuple[str, str, str, str, bool, tuple[int, ...] | None, bool]] = []
+    for entry in found:
+        kind, name, asynchronous = entry[0], entry[1], entry[4]
+        channel = channels.get(name)
+        if channel is None or (kind, channel) not in kept:
+            if channel is not None:
+                kept[kind, channel] = len(result)
+            result.append(entry)
+        elif asynchronous and not result[kept[kind, channel]][4]:
+            result[kept[kind, channel]] = entry  # the clone that overlaps work speaks for it
+    return result
 
 
 def _counted_loop(

@@ -168,9 +168,17 @@ def compile_for(
     that name this machine's mesh; and give it a ``jax.shard_map`` that has not run yet,
     since one without ``mesh=`` keeps the mesh of its first call.
 
-    On XLA:GPU nothing is autotuned (matrix-multiply tilings may differ from a compile on
-    a GPU; sharding, collectives and memory plan do not depend on that), and no timing or
-    ``cost_analysis()`` exists. The result cannot run here.
+    On XLA:GPU nothing is autotuned: the matrix-multiply kernels may differ from a compile
+    on a GPU, and with them the temporaries (a cuBLAS call needs a workspace a Triton
+    kernel does not); the sharding and the collectives do not depend on that. There is no
+    timing, and no ``cost_analysis()`` on XLA:GPU. The result cannot run here.
+
+    Compiling for a TPU sets ``TPU_ACCELERATOR_TYPE``, ``TPU_WORKER_HOSTNAMES`` and
+    ``ALLOW_MULTIPLE_LIBTPU_LOAD`` in this process's environment where they are unset,
+    which silences libtpu's search for a TPU and lets several processes compile at once.
+    A sharding other than a ``NamedSharding`` (an array on one device) becomes replicated
+    on the target. Memory kinds are lost: compile-only devices list no memories in jax
+    0.12.0.1, so an argument offloaded to ``pinned_host`` compiles as if in device memory.
 
     Args:
         target: a name in :data:`TARGETS`: ``"cpu"`` (this machine's devices, compiled as
@@ -402,7 +410,8 @@ def _mesh_of(args: Any, kwargs: Any) -> jax.sharding.Mesh | jax.sharding.Abstrac
     for leaf in jax.tree.leaves((args, kwargs)):
         sharding = getattr(leaf, "sharding", None)
         if isinstance(sharding, jax.NamedSharding):
-            meshes[(sharding.mesh.axis_names, tuple(sharding.mesh.shape.values()))] = sharding.mesh
+            mesh = sharding.mesh
+            meshes[mesh.axis_names, tuple(mesh.shape.values()), mesh.axis_types] = mesh
     current = jax.sharding.get_mesh()
     if not meshes and current is not None and not current.empty:
         return current
