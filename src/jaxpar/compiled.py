@@ -70,9 +70,11 @@ class Collective:
     """Whether it sits in the body of a loop (``lax.scan``, ``fori_loop``, ``while_loop``),
     where it runs once per iteration instead of once per call."""
     asynchronous: bool
-    """Whether it is an asynchronous ``-start``/``-done`` pair (or runs inside an
-    ``async-start``/``async-done`` pair), as GPU and TPU compilers emit; XLA:CPU emits the
-    synchronous forms."""
+    """Whether it is an asynchronous pair: a ``-start``/``-done``, a collective inside an
+    ``async-start`` or a ``fusion-start`` (XLA:GPU), or one that XLA:TPU fuses with a
+    matrix multiply (``async_collective_fusion``). XLA:CPU emits none. A pair lets the
+    compiler place other work between its halves; whether it found any is not recorded
+    here."""
     group_size: int | None = None
     """How many devices it runs among, from its ``replica_groups``; ``None`` where the
     HLO does not say (a ``collective-permute``, whose pairs are not groups)."""
