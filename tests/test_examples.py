@@ -67,7 +67,12 @@ def test_example_in_its_own_process(example: CodeExample, eval_example: EvalExam
     run = subprocess.run(
         [sys.executable, "-c", example.source],
         cwd=tmp_path,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(map(str, compilers))},
+        env={
+            "PATH": "/usr/bin:/bin",
+            "PYTHONPATH": ":".join(map(str, compilers)),
+            # other test workers may hold libtpu: let this process load it too
+            "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
+        },
         capture_output=True,
         text=True,
         timeout=120,

@@ -537,26 +537,35 @@ def _one_per_channel(
     computations: dict[str, list[tuple[str, str]]],
 ) -> list[tuple[str, str, str, str, bool, tuple[int, ...] | None, bool]]:
     """One entry per collective: XLA:TPU writes an asynchronous collective as clones of
-    one instruction, with one ``channel_id``, in the fusion that starts it, in each
-    ``async_collective_fusion`` that overlaps it with work, and in the fusion that waits
-    for it. The clones are one collective, asynchronous if any of them is."""
-    channels: dict[str, str] = {}  # instruction name -> its channel_id
-    for instructions in computations.values():
-        for name, rest in instructions:
-            channel = re.search(r"\bchannel_id=(\d+)", rest)
-            if channel:
-                channels[name] = channel.group(1)
-    kept: dict[tuple[str, str], int] = {}  # (kind, channel) -> index in the result
-    result: list[tuple[str, str, str, str, bool, tuple[int, ...] | None, bool]] = []
+    one instruction, with one ``channel_id``, in the fusion that starts it (whose root is
+    a custom-call ``AsyncCollectiveStart``), in each ``async_collective_fusion`` that
+    overlaps it with work, and in the fusion that waits for it (``AsyncCollectiveDone``).
+    The clones are one collective; elsewhere, channel ids may repeat (XLA:CPU's loops)."""
+    helpers = {
+        name
+        for name, instructions in computations.items()
+        if any(
+            re.search(r'custom_call_target="AsyncCollective(?:Start|Done)"', rest)
+            for _, rest in instructions[-1:]
+        )
+    }
+    channels = {
+        name: channel.group(1)
+        for instructions in computations.values()
+        for name, rest in instructions
+        if (channel := re.search(r"\bchannel_id=(\d+)", rest))
+    }
+    seen: set[tuple[str, str]] = set()
+    result = []
     for entry in found:
-        kind, name, asynchronous = entry[0], entry[1], entry[4]
-        channel = channels.get(name)
-        if channel is None or (kind, channel) not in kept:
-            if channel is not None:
-                kept[kind, channel] = len(result)
-            result.append(entry)
-        elif asynchronous and not result[kept[kind, channel]][4]:
-            result[kept[kind, channel]] = entry  # the clone that overlaps work speaks for it
+        kind, name, computation = entry[0], entry[1], entry[3]
+        if computation in helpers:
+            continue  # a clone in the start or done fusion of an asynchronous collective
+        if computation.startswith("async_collective_fusion") and name in channels:
+            if (kind, channels[name]) in seen:
+                continue  # one collective overlapped with several fusions' work
+            seen.add((kind, channels[name]))
+        result.append(entry)
     return result
 
 
