@@ -147,3 +147,22 @@ def test_xla_tpu_gathers_each_weight_once_like_the_others():
 def test_limits_say_what_cannot_be_had():
     assert "cost_analysis() on XLA:GPU without a GPU: None" in OUT["limits"]
     assert "has 16 devices, more than v5e-8's 8" in OUT["limits"]
+
+
+def test_every_megabyte_the_pages_state_is_recorded():
+    """Each "N.N MB" in the prose of the pages that quote this output, in every language,
+    is a number of the recording (which the snippet test compiles again)."""
+    recorded = "\n".join(OUT.values())
+    pages = [
+        "other-hardware.md",
+        "seeing-what-runs.md",
+        "beyond-one-process/model-sharding.md",
+        "more-ways-to-split/ring-attention.md",
+    ]
+    for language in ("en", "zh", "ko"):
+        for page in pages:
+            text = (REPO / "docs" / language / page).read_text("utf-8")
+            prose = re.sub(r"```.*?```", "", text, flags=re.S)
+            stated = set(re.findall(r"\b(\d+\.\d) ?MB\b", prose))
+            missing = sorted(n for n in stated if n not in recorded)
+            assert not missing, f"docs/{language}/{page} states MB no output has: {missing}"

@@ -397,7 +397,7 @@ NARROWER: dict[tuple[str, str], Callable[[dict[str, object]], tuple[str, ...]]] 
     ("test_targets.py", ""): _test_module("test_targets.py"),
     ("test_chapter_other_hardware.py", ""): lambda _: (
         "snippets/seeing_what_runs/other_hardware.out",
-        "docs/en/*",
+        "docs/*",
         "tools/sitetools/*",
     ),
     ("test_profiles.py", ""): _test_module("test_profiles.py"),
