@@ -2,21 +2,29 @@
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from jaxpar import (
     DevicesAlreadyInitializedError,
     UnevenBatchError,
+    initialize_distributed,
     replicate,
     shard_batch,
     simulate_cpu_devices,
     split_batch,
 )
+
+SRC = Path(__file__).resolve().parents[1] / "src"
 
 
 class TestSimulateCpuDevices:
@@ -35,9 +43,17 @@ class TestSimulateCpuDevices:
         assert "right after `import jax`" in message
         assert "JAX_NUM_CPU_DEVICES=4" in message
 
-    @pytest.mark.parametrize("count", [0, -2, 2.5, "8", True, None])
+    def test_a_numpy_integer_is_a_count(self):
+        jax.devices()
+        simulate_cpu_devices(np.int64(8))
+        with pytest.raises(DevicesAlreadyInitializedError, match="cannot switch to 4"):
+            simulate_cpu_devices(np.int32(4))
+
+    @pytest.mark.parametrize("count", [0, -2, 2.5, "8", True, None, np.int64(0)])
     def test_bad_count(self, count):
-        with pytest.raises(ValueError, match=f"positive integer count of devices, got {count!r}"):
+        with pytest.raises(
+            ValueError, match=re.escape(f"positive integer count of devices, got {count!r}")
+        ):
             simulate_cpu_devices(count)
 
     def test_before_initialisation_sets_the_count(self):
@@ -89,17 +105,45 @@ class TestSplitBatch:
             split_batch({"x": np.zeros(8), "y": np.zeros(16)}, num_devices=8)
 
     def test_scalar_leaf(self):
-        with pytest.raises(ValueError, match="needs a leading batch axis"):
+        with pytest.raises(
+            ValueError, match=r"needs a leading batch axis, but \['step'\] is a scalar, int 3"
+        ):
             split_batch({"x": np.zeros(8), "step": 3}, num_devices=8)
+
+    @pytest.mark.parametrize(
+        ("batch", "shown", "count"),
+        [
+            (list(range(1, 9)), "list [1, 2, 3, 4, 5, 6, ...]", 8),
+            ([[1, 2], [3]], "list [[1, 2], [3]]", 3),
+        ],
+    )
+    def test_a_python_list_says_to_use_an_array(self, batch, shown, count):
+        with pytest.raises(ValueError) as caught:
+            split_batch(batch, num_devices=8)
+        message = str(caught.value)
+        assert f"the batch is the Python {shown}" in message
+        assert f"a pytree of {count} separate scalars, not as the rows of an array" in message
+        assert "np.asarray(batch)" in message
+
+    def test_a_list_inside_the_batch_says_to_use_an_array(self):
+        with pytest.raises(ValueError) as caught:
+            split_batch({"x": np.zeros((8, 2)), "y": [0, 1, 2, 3, 4, 5, 6, 7]}, num_devices=8)
+        message = str(caught.value)
+        assert "['y'][0] is a scalar, int 0" in message
+        assert "If ['y'] is a Python list of examples, pass np.asarray of it." in message
+
+    def test_a_numpy_integer_is_a_device_count(self):
+        assert split_batch(np.zeros((16, 3)), np.int64(8)).shape == (8, 2, 3)
 
     def test_empty_batch(self):
         with pytest.raises(ValueError, match="no arrays in it"):
             split_batch({}, num_devices=8)
 
-    @pytest.mark.parametrize("num_devices", [0, -1, 1.5, True])
+    @pytest.mark.parametrize("num_devices", [0, -1, 1.5, True, np.int64(-1)])
     def test_bad_device_count(self, num_devices):
         with pytest.raises(
-            ValueError, match=f"num_devices must be a positive integer, got {num_devices!r}"
+            ValueError,
+            match=re.escape(f"num_devices must be a positive integer, got {num_devices!r}"),
         ):
             split_batch(np.zeros(8), num_devices=num_devices)
 
@@ -162,10 +206,63 @@ class TestShardBatch:
         ):
             shard_batch(np.zeros(8), self.mesh, remainder="trim")
 
+    def test_pad_refuses_an_empty_batch_as_raise_and_drop_do(self):
+        with pytest.raises(UnevenBatchError) as caught:
+            shard_batch(np.zeros((0, 3)), self.mesh, remainder="pad")
+        message = str(caught.value)
+        assert "the batch has no examples (its leaves have 0 rows)" in message
+        assert "8 rows of padding, whose masked mean is 0 / 0 = NaN" in message
+        assert "Skip the empty batch" in message
+        for remainder in ("raise", "drop"):
+            with pytest.raises(UnevenBatchError):
+                shard_batch(np.zeros((0, 3)), self.mesh, remainder=remainder)
+
+    def test_a_leaf_of_strings_is_named(self):
+        batch = {"x": np.zeros(8), "label": np.array(list("abcdefgh"))}
+        with pytest.raises(TypeError) as caught:
+            shard_batch(batch, self.mesh)
+        message = str(caught.value)
+        assert "shard_batch got ['label'] of dtype <U1" in message
+        assert "JAX arrays hold only numbers and booleans" in message
+
     def test_two_dimensional_mesh_splits_along_the_named_axis_only(self):
         mesh = jax.make_mesh((4, 2), ("data", "model"))
         data, _ = shard_batch(np.zeros((8, 6)), mesh)
         assert {shard.data.shape for shard in data.addressable_shards} == {(2, 6)}
+
+
+MESH = jax.make_mesh((8,), ("data",))
+
+
+@pytest.mark.parametrize("function", [shard_batch, replicate])
+@pytest.mark.parametrize(
+    ("mesh", "shown", "fix"),
+    [
+        (None, "None", "build one with jax.make_mesh(shape, names)"),
+        ((8,), "tuple (8,)", "for example jax.make_mesh((8,), ('data',))"),
+        (
+            NamedSharding(MESH, P("data")),
+            "NamedSharding(mesh=Mesh('data': 8",
+            "pass the sharding's mesh instead, sharding.mesh",
+        ),
+        (
+            MESH.abstract_mesh,
+            "AbstractMesh('data': 8",
+            "an AbstractMesh has axis names and sizes but no devices",
+        ),
+    ],
+)
+def test_something_else_than_a_mesh_is_refused(function, mesh, shown, fix):
+    with pytest.raises(TypeError) as caught:
+        function(np.zeros(8), mesh)
+    message = str(caught.value)
+    assert f"{function.__name__} needs a jax.sharding.Mesh as mesh, got {shown}" in message
+    assert fix in message
+
+
+def test_replicate_names_a_leaf_of_strings():
+    with pytest.raises(TypeError, match=r"replicate got \['name'\] of dtype <U3"):
+        replicate({"w": np.zeros(2), "name": "net"}, MESH)
 
 
 def test_replicate_puts_a_full_copy_everywhere():
@@ -294,6 +391,98 @@ class TestSeveralProcesses:
             assert f"different values for ['b'] (float64[{3 - rank}] on process {rank})" in shape
             assert "trees of different structures: processes [1]" in structure
             assert "global array at ['w']" in spanning and "out_shardings=" in spanning
+
+    def test_shares_of_different_sizes_are_refused_on_every_process(self, tmp_path):
+        script = tmp_path / "job.py"
+        script.write_text(
+            "import jax\n"
+            "from jaxpar import initialize_distributed\n"
+            "initialize_distributed()\n"
+            "import numpy as np\n"
+            "from jaxpar import UnevenBatchError, shard_batch\n"
+            "mesh = jax.make_mesh((jax.device_count(),), ('data',))\n"
+            "rank = jax.process_index()\n"
+            "lines = []\n"
+            "# The rows of process 0 and of process 1, and the policy for a remainder.\n"
+            "for rows, remainder in [((8, 16), 'raise'), ((6, 3), 'pad'), ((6, 7), 'pad')]:\n"
+            "    try:\n"
+            "        data, _ = shard_batch(np.ones((rows[rank], 3)), mesh, remainder=remainder)\n"
+            "        lines.append(f'accepted: {data.shape}')\n"
+            "    except UnevenBatchError as error:\n"
+            "        lines.append(f'refused: {error}')\n"
+            "print('\\n'.join(lines), flush=True)\n",
+            encoding="utf-8",
+        )
+        done = subprocess.run(
+            [sys.executable, "-m", "jaxpar.launch", "--nproc", "2", "--devices-per-process", "4"]
+            + [str(script)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        for rank in (0, 1):
+            lines = [
+                line.removeprefix(f"[rank {rank}] ")
+                for line in done.stdout.splitlines()
+                if line.startswith(f"[rank {rank}] refused:")
+                or line.startswith(f"[rank {rank}] accepted:")
+            ]
+            assert len(lines) == 3, done.stdout
+            uneven, padded, accepted = lines
+            assert uneven.startswith(
+                "refused: shard_batch got shares of different sizes: process 0 passes 8 rows, "
+                "process 1 passes 16 rows, each for 4 devices of mesh axis 'data'. Every process "
+                "must pass a share of the same size"
+            ), uneven
+            assert "the global batch size divided by jax.process_count()" in uneven
+            assert (
+                "process 0 passes 6 rows (8 after remainder='pad'), process 1 passes 3 rows "
+                "(4 after remainder='pad'), each for 4 devices"
+            ) in padded
+            # Shares that pad to the same size are fine: the mask tells the real rows.
+            assert accepted == "accepted: (16, 3)"
+
+
+def test_initialize_distributed_after_jax_devices_says_it_came_too_late():
+    """JAX refuses jax.distributed.initialize() once its devices exist: the message must
+    name that order, not blame a missing launcher; a bad option keeps JAX's own error."""
+    code = (
+        "import jax\n"
+        "from jaxpar import initialize_distributed\n"
+        "for options in ({'coordinator_address': '127.0.0.1:1', 'num_processes': 2,\n"
+        "                 'process_id': 5}, {}):\n"
+        "    try:\n"
+        "        initialize_distributed(**options)\n"
+        "    except Exception as error:\n"
+        "        print(type(error).__name__, error)\n"
+        "jax.devices()\n"
+        "initialize_distributed()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAXPAR_")}
+    env |= {"PYTHONPATH": str(SRC), "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    bad_option, not_launched = done.stdout.splitlines()
+    assert bad_option.startswith("ValueError process_id and num_processes must be nonnegative")
+    assert not_launched.startswith("NotLaunchedError this process has no settings")
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        "RuntimeError: initialize_distributed() came too late: JAX has already initialised "
+        "its devices in this process (something called jax.devices(), created an array or "
+        "ran a computation first)"
+    ), done.stderr
+    assert "Call initialize_distributed() first, right after `import jax`" in last
+    assert "NotLaunchedError" not in done.stderr
+
+
+def test_initialize_distributed_too_late_under_the_launcher_says_so(monkeypatch):
+    monkeypatch.setenv("JAXPAR_COORDINATOR", "127.0.0.1:1")
+    jax.devices()
+    with pytest.raises(RuntimeError, match="initialize_distributed\\(\\) came too late"):
+        initialize_distributed()
 
 
 def test_every_public_name_loads_and_the_launcher_needs_no_jax():

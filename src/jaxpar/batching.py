@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from fractions import Fraction
 from typing import Any, Literal, NamedTuple
 
 import jax
@@ -10,11 +11,15 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from jaxpar._checks import is_whole, shown
+from jaxpar.meshes import _check_mesh
+
 PyTree = Any
 
 
 class UnevenBatchError(ValueError):
-    """A batch whose size is not a multiple of the number of devices."""
+    """A batch whose size is not a multiple of the number of devices, or, with several
+    processes, shares of the batch of different sizes."""
 
 
 def split_batch(batch: PyTree, num_devices: int | None = None) -> PyTree:
@@ -33,7 +38,8 @@ def split_batch(batch: PyTree, num_devices: int | None = None) -> PyTree:
 
     Raises:
         UnevenBatchError: ``B`` is not a multiple of ``num_devices``, or leaves disagree on ``B``.
-        ValueError: ``num_devices`` is not positive, or a leaf has no leading axis.
+        ValueError: ``num_devices`` is not positive, or a leaf has no leading axis (a Python
+            list of numbers is a pytree of scalars: pass ``np.asarray(batch)``).
 
     Examples:
         ```python
@@ -56,8 +62,8 @@ def split_batch(batch: PyTree, num_devices: int | None = None) -> PyTree:
     """
     if num_devices is None:
         num_devices = jax.local_device_count()
-    _check_count("num_devices", num_devices)
-    arrays, treedef, size = _flatten_batch(batch)
+    num_devices = _check_count("num_devices", num_devices)
+    _, arrays, treedef, size = _flatten_batch(batch)
     _check_divisible(size, num_devices, "devices")
     split = [a.reshape(num_devices, size // num_devices, *a.shape[1:]) for a in arrays]
     return jax.tree.unflatten(treedef, split)
@@ -90,6 +96,9 @@ def shard_batch(
     of the global batch, as each process loads only its own rows: every process calls
     ``shard_batch`` with a share of the same size, and
     ``jax.make_array_from_process_local_data`` assembles the global batch from the shares.
+    Shares of different sizes would make each process assemble another global batch, so
+    ``shard_batch`` compares their sizes (one all-gather of two numbers per process, when
+    the mesh spans every process) and raises on every process if they differ.
     The share is split over the devices of ``axis`` that this process holds, and
     ``remainder`` applies to that split. Processes that hold the same slices of ``axis``
     (another mesh axis spans the processes) hold the same rows, and must pass equal
@@ -106,10 +115,14 @@ def shard_batch(
         A :class:`ShardedBatch` ``(data, mask)`` of global arrays.
 
     Raises:
-        UnevenBatchError: the batch does not split evenly and ``remainder="raise"``, or it
-            has fewer examples than the axis has devices and ``remainder="drop"``.
-        ValueError: ``axis`` is not an axis of ``mesh``, ``remainder`` is not a policy, or
-            none of the mesh's devices belongs to this process.
+        UnevenBatchError: the batch does not split evenly and ``remainder="raise"``, it
+            has fewer examples than the axis has devices and ``remainder="drop"``, it has
+            none and ``remainder="pad"``, or with several processes, the processes pass
+            shares of different sizes.
+        TypeError: ``mesh`` is not a ``jax.sharding.Mesh``, or a leaf holds no numbers
+            (strings, objects).
+        ValueError: ``axis`` is not an axis of ``mesh``, ``remainder`` is not a policy, a
+            leaf has no leading axis, or none of the mesh's devices belongs to this process.
 
     Examples:
         ```python
@@ -132,6 +145,7 @@ def shard_batch(
         #> (16,)
         ```
     """
+    _check_mesh(mesh, "shard_batch")
     if axis not in mesh.shape:
         raise ValueError(
             f"the mesh has no axis {axis!r}; its axes are {tuple(mesh.shape)}. Pass one of "
@@ -139,23 +153,30 @@ def shard_batch(
         )
     if remainder not in ("raise", "drop", "pad"):
         raise ValueError(f"remainder must be 'raise', 'drop' or 'pad', got {remainder!r}.")
-    arrays, treedef, size = _flatten_batch(batch)
+    paths, arrays, treedef, size = _flatten_batch(batch)
+    for path, array in zip(paths, arrays, strict=True):
+        _check_numeric("shard_batch", path, array)
     # The slices of the batch along `axis` that this process's devices hold: all of them
     # in a single process, this process's part of them otherwise.
     parts = _local_parts(mesh, axis)
+    if _spans_every_process(mesh):
+        _check_equal_shares(size, parts, axis, remainder)
     several = jax.process_count() > 1
     devices = f"devices of mesh axis {axis!r}" + (" on this process" if several else "")
-    keep = size
+    keep, target = _kept_and_padded(size, parts, remainder)
     if remainder == "raise":
         _check_divisible(size, parts, devices, hint=_POLICY_HINT)
-    elif remainder == "drop":
-        keep = size - size % parts
-        if keep == 0:
-            raise UnevenBatchError(
-                f"remainder='drop' would drop all {size} examples: there are {parts} "
-                f"{devices}. Use remainder='pad', or a batch of at least {parts} examples."
-            )
-    target = -(-size // parts) * parts if remainder == "pad" else keep
+    elif remainder == "drop" and keep == 0:
+        raise UnevenBatchError(
+            f"remainder='drop' would drop all {size} examples: there are {parts} "
+            f"{devices}. Use remainder='pad', or a batch of at least {parts} examples."
+        )
+    elif remainder == "pad" and size == 0:
+        raise UnevenBatchError(
+            f"the batch has no examples (its leaves have 0 rows), and remainder='pad' would "
+            f"make a batch of {parts} rows of padding, whose masked mean is 0 / 0 = NaN. "
+            f"Skip the empty batch, or pass at least one example."
+        )
     mask = (np.arange(target) < min(size, keep)).astype(np.float32)
     arrays = [_resize(a, keep, target) for a in arrays]
     sharding = NamedSharding(mesh, P(axis))
@@ -191,6 +212,8 @@ def replicate(tree: PyTree, mesh: jax.sharding.Mesh) -> PyTree:
         The same pytree, every leaf a ``jax.Array`` replicated over ``mesh``.
 
     Raises:
+        TypeError: ``mesh`` is not a ``jax.sharding.Mesh``, or a leaf holds no numbers
+            (strings, objects).
         ValueError: with several processes, the processes passed trees of different
             structures or different values, or a leaf is already a global array that
             spans several processes.
@@ -208,11 +231,13 @@ def replicate(tree: PyTree, mesh: jax.sharding.Mesh) -> PyTree:
         #> (3, 2) True
         ```
     """
+    _check_mesh(mesh, "replicate")
     with_paths, treedef = jax.tree_util.tree_flatten_with_path(tree)
     leaves = [leaf if hasattr(leaf, "shape") else np.asarray(leaf) for _, leaf in with_paths]
-    processes = {device.process_index for device in mesh.devices.flat}
-    if jax.process_count() > 1 and len(processes) == jax.process_count():
-        paths = [jax.tree_util.keystr(path) or "the value" for path, _ in with_paths]
+    paths = [jax.tree_util.keystr(path) or "the value" for path, _ in with_paths]
+    for path, leaf in zip(paths, leaves, strict=True):
+        _check_numeric("replicate", path, leaf)
+    if _spans_every_process(mesh):
         _check_same_on_every_process(paths, leaves, treedef)
     # A replicated leaf's share is all of it. In one process this is jax.device_put.
     replicated = jax.make_array_from_process_local_data(NamedSharding(mesh, P()), leaves)
@@ -247,17 +272,29 @@ def _leaf_digest(path: str, leaf: Any) -> np.ndarray:
     return _digest(f"{array.dtype.str}{array.shape}".encode(), array.tobytes())
 
 
-def _check_same_on_every_process(paths: list[str], leaves: list[Any], treedef: Any) -> None:
-    """Raise a ValueError naming the first leaf whose value differs between processes."""
+def _spans_every_process(mesh: jax.sharding.Mesh) -> bool:
+    """Whether there are several processes and ``mesh`` has devices of each of them: a
+    check across processes is made only then, as every process must take part in it."""
+    processes = {device.process_index for device in mesh.devices.flat}
+    return jax.process_count() > 1 and len(processes) == jax.process_count()
+
+
+def _allgather(values: np.ndarray) -> np.ndarray:
+    """``values`` from every process, stacked in process order (one collective)."""
     from jax.experimental.multihost_utils import process_allgather
 
+    return np.asarray(process_allgather(values))
+
+
+def _check_same_on_every_process(paths: list[str], leaves: list[Any], treedef: Any) -> None:
+    """Raise a ValueError naming the first leaf whose value differs between processes."""
     digests = np.stack(
         [_leaf_digest(p, x) for p, x in zip(paths, leaves, strict=True)]
         + [_digest(repr(treedef).encode())]
     )
     # One all-gather of 8 words per process: the structure's digest and the values' digest.
     summary = np.concatenate([digests[-1], _digest(digests.tobytes())])
-    everyone = process_allgather(summary)
+    everyone = _allgather(summary)
     if (everyone == summary).all():
         return
     others = [p for p, seen in enumerate(everyone) if not (seen[:4] == everyone[0, :4]).all()]
@@ -269,7 +306,7 @@ def _check_same_on_every_process(paths: list[str], leaves: list[Any], treedef: A
             + _SAME_VALUES_FIX
         )
     # Same structure, so the same number of leaves: gather every leaf's digest.
-    per_leaf = process_allgather(digests[:-1])
+    per_leaf = _allgather(digests[:-1])
     for index, path in enumerate(paths):
         differ = [
             p for p in range(len(per_leaf)) if (per_leaf[p, index] != per_leaf[0, index]).any()
@@ -286,6 +323,50 @@ def _check_same_on_every_process(paths: list[str], leaves: list[Any], treedef: A
 
 
 _POLICY_HINT = "or call shard_batch(..., remainder='drop') or remainder='pad'"
+
+
+def _kept_and_padded(size: int, parts: int, remainder: str) -> tuple[int, int]:
+    """How many of ``size`` rows ``remainder`` keeps, and how many rows it makes of them."""
+    if remainder == "drop":
+        return size - size % parts, size - size % parts
+    if remainder == "pad":
+        return size, -(-size // parts) * parts
+    return size, size
+
+
+def _check_equal_shares(size: int, parts: int, axis: str, remainder: str) -> None:
+    """Raise an UnevenBatchError, on every process, naming each process's rows unless all
+    shares make the same number of rows per device of ``axis``."""
+    shares = [(int(rows), int(held)) for rows, held in _allgather(np.array([size, parts]))]
+    per_device = {Fraction(_kept_and_padded(*share, remainder)[1], share[1]) for share in shares}
+    if len(per_device) == 1:
+        return
+    groups: dict[tuple[int, int], list[int]] = {}
+    for process, share in enumerate(shares):
+        groups.setdefault(share, []).append(process)
+    same_devices = len({held for _, held in shares}) == 1
+    passes = []
+    for (rows, held), processes in groups.items():
+        who = (
+            f"process {processes[0]} passes"
+            if len(processes) == 1
+            else f"processes {processes} pass"
+        )
+        made = _kept_and_padded(rows, held, remainder)[1]
+        after = f" ({made} after remainder={remainder!r})" if made != rows else ""
+        passes.append(
+            f"{who} {rows} rows{after}" + ("" if same_devices else f" for {held} devices")
+        )
+    on = f"mesh axis {axis!r}"
+    devices = f", each for {shares[0][1]} devices of {on}" if same_devices else f" ({on})"
+    raise UnevenBatchError(
+        f"shard_batch got shares of different sizes: {', '.join(passes)}{devices}. Every "
+        f"process must pass a share of the same size: JAX assembles the global batch from "
+        f"equal shares, and with these each process would build another global batch and "
+        f"compute other results, without an error. Give every process the same number of "
+        f"rows (the global batch size divided by jax.process_count()), and drop or pad an "
+        f"incomplete last batch on every process alike."
+    )
 
 
 def _local_parts(mesh: jax.sharding.Mesh, axis: str) -> int:
@@ -305,29 +386,57 @@ def _local_parts(mesh: jax.sharding.Mesh, axis: str) -> int:
     return len(held)
 
 
-def _check_count(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+def _check_count(name: str, value: object) -> int:
+    if not is_whole(value) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+    return int(value)
 
 
-def _flatten_batch(batch: PyTree) -> tuple[list[np.ndarray], Any, int]:
-    """The leaves of a batch as NumPy arrays, its structure, and its batch size."""
-    leaves, treedef = jax.tree.flatten(batch)
-    arrays = [np.asarray(leaf) for leaf in leaves]
+def _check_numeric(function: str, path: str, leaf: Any) -> None:
+    """Raise a TypeError naming ``path`` if ``leaf`` holds strings, objects or dates."""
+    dtype = np.dtype(leaf.dtype)
+    if dtype.kind in "OUSMm":
+        raise TypeError(
+            f"{function} got {path} of dtype {dtype}, but JAX arrays hold only numbers and "
+            f"booleans. Turn it into numbers first (class names into integer ids, say), or "
+            f"keep it out of the tree and use it on the host."
+        )
+
+
+def _flatten_batch(batch: PyTree) -> tuple[list[str], list[np.ndarray], Any, int]:
+    """The paths and leaves (as NumPy arrays) of a batch, its structure and its batch size."""
+    with_paths, treedef = jax.tree_util.tree_flatten_with_path(batch)
+    paths = [jax.tree_util.keystr(path) or "the batch" for path, _ in with_paths]
+    arrays = [np.asarray(leaf) for _, leaf in with_paths]
     if not arrays:
         raise ValueError("the batch has no arrays in it; pass an array or a pytree of arrays.")
-    if any(array.ndim == 0 for array in arrays):
+    if all(array.ndim == 0 for array in arrays) and isinstance(batch, list | tuple):
         raise ValueError(
-            "every leaf of the batch needs a leading batch axis, but one is a scalar; "
-            "give it shape (batch_size, ...)."
+            f"the batch is the Python {shown(batch)}, which JAX reads as a pytree of "
+            f"{len(arrays)} separate scalars, not as the rows of an array. Pass an array whose first dimension is the batch: np.asarray(batch) "
+            f"(pad the rows of a ragged list to one length first)."
         )
+    for path, (keys, leaf), array in zip(paths, with_paths, arrays, strict=True):
+        if array.ndim == 0:
+            in_list = isinstance(keys[-1], jax.tree_util.SequenceKey)
+            owner = jax.tree_util.keystr(keys[:-1]) or "the batch"
+            hint = (
+                f" If {owner} is a Python list of examples, pass np.asarray of it."
+                if in_list
+                else ""
+            )
+            raise ValueError(
+                f"every leaf of the batch needs a leading batch axis, but {path} is a "
+                f"scalar, {shown(leaf)}; give it shape (batch_size, ...), or keep it "
+                f"out of the batch.{hint}"
+            )
     sizes = sorted({array.shape[0] for array in arrays})
     if len(sizes) > 1:
         raise UnevenBatchError(
             f"the leaves of the batch have different leading sizes {sizes}; "
             f"every leaf must hold the same number of examples."
         )
-    return arrays, treedef, sizes[0]
+    return paths, arrays, treedef, sizes[0]
 
 
 def _check_divisible(size: int, parts: int, what: str, hint: str = "") -> None:

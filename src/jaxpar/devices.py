@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import jax
 
+from jaxpar._checks import is_whole
+
 
 class DevicesAlreadyInitializedError(RuntimeError):
     """JAX created its devices before the simulated device count was set."""
@@ -45,11 +47,12 @@ def simulate_cpu_devices(count: int = 8) -> None:
             '''
         ```
     """
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+    if not is_whole(count) or count < 1:
         raise ValueError(
             f"simulate_cpu_devices needs a positive integer count of devices, got {count!r}; "
             f"pass for example simulate_cpu_devices(8)."
         )
+    count = int(count)  # np.int64(8) too
     current = jax.config.jax_num_cpu_devices
     try:
         jax.config.update("jax_num_cpu_devices", count)

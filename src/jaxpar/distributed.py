@@ -42,7 +42,18 @@ def initialize_distributed(**options: Any) -> None:
     Raises:
         NotLaunchedError: neither the launcher nor a cluster environment provided settings.
         TypeError: under the launcher, an option the launcher sets itself.
+        RuntimeError: the call came too late: JAX had already initialised its devices
+            (``jax.devices()``, an array or a computation came first).
     """
+    if _devices_initialised():
+        raise RuntimeError(
+            "initialize_distributed() came too late: JAX has already initialised its "
+            "devices in this process (something called jax.devices(), created an array or "
+            "ran a computation first), and jax.distributed.initialize() must come before "
+            "that, so that the devices of every process join one system. Call "
+            "initialize_distributed() first, right after `import jax`, before any other "
+            "JAX call."
+        )
     if launched():
         taken = sorted(set(options) & set(LAUNCHER_SETTINGS))
         if taken:
@@ -61,9 +72,19 @@ def initialize_distributed(**options: Any) -> None:
         return
     try:
         jax.distributed.initialize(**options)
-    except (ValueError, RuntimeError) as error:
+    except ValueError as error:
+        if "defined" not in str(error):  # a bad option, not missing settings
+            raise
         raise NotLaunchedError(
             f"this process has no settings for jax.distributed ({error}). Start it with "
             f"`python -m jaxpar.launch --nproc 2 --devices-per-process 4 SCRIPT` on one "
             f"machine, or on a cluster whose scheduler JAX detects (SLURM, TPU, Open MPI)."
         ) from error
+
+
+def _devices_initialised() -> bool:
+    """Whether JAX has created its devices (backends), after which
+    ``jax.distributed.initialize`` refuses to run."""
+    from jax._src import xla_bridge
+
+    return xla_bridge.backends_are_initialized()

@@ -6,8 +6,10 @@ import math
 from collections.abc import Sequence
 
 import jax
-from jax.sharding import AxisType, NamedSharding
+from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+
+from jaxpar._checks import is_whole, shown
 
 
 def make_mesh(
@@ -38,9 +40,12 @@ def make_mesh(
         A ``jax.sharding.Mesh`` of that shape.
 
     Raises:
+        TypeError: ``devices`` is not a sequence of devices (``jax.devices`` instead of
+            ``jax.devices()``, say).
         ValueError: ``shape`` and ``names`` differ in length, a size is not a positive
             integer, a name is not a string or is repeated, ``axis_types`` does not give one
-            type per axis, or the sizes do not multiply to the number of devices.
+            type per axis, ``devices`` is empty or repeats a device, or the sizes do not
+            multiply to the number of devices.
 
     Examples:
         ```python
@@ -61,10 +66,10 @@ def make_mesh(
     shape = _check_shape(shape)
     names = _check_names(names, shape)
     axis_types = _check_axis_types(axis_types, names)
-    if devices is not None:
-        devices = list(devices)
-    count = len(devices) if devices is not None else jax.device_count()
     product = math.prod(shape)
+    if devices is not None:
+        devices = _check_devices(devices, shape, product)
+    count = len(devices) if devices is not None else jax.device_count()
     if product != count:
         raise ValueError(_count_message(shape, product, count, given=devices is not None))
     return jax.make_mesh(shape, names, axis_types=axis_types, devices=devices)
@@ -85,7 +90,8 @@ def check_spec(mesh: jax.sharding.Mesh, spec: P, shape: Sequence[int]) -> None:
         shape: the shape of the array to shard.
 
     Raises:
-        TypeError: ``spec`` is not a ``PartitionSpec``.
+        TypeError: ``mesh`` is not a ``Mesh`` (or an ``AbstractMesh``), or ``spec`` is not
+            a ``PartitionSpec``.
         ValueError: one of the conditions above fails; the message names the entry and
             what would fix it.
 
@@ -107,6 +113,7 @@ def check_spec(mesh: jax.sharding.Mesh, spec: P, shape: Sequence[int]) -> None:
             '''
         ```
     """
+    _check_mesh(mesh, "check_spec", devices=False)
     entries = _check_entries(mesh, spec)
     shape = _check_array_shape(shape)
     if len(entries) > len(shape):
@@ -140,7 +147,8 @@ def named_sharding(
         The ``jax.sharding.NamedSharding``.
 
     Raises:
-        TypeError: ``spec`` is not a ``PartitionSpec``.
+        TypeError: ``mesh`` is not a ``Mesh`` (or an ``AbstractMesh``), or ``spec`` is not
+            a ``PartitionSpec``.
         ValueError: the spec does not fit the mesh (or the shape, when given).
 
     Examples:
@@ -165,6 +173,7 @@ def named_sharding(
             '''
         ```
     """
+    _check_mesh(mesh, "named_sharding", devices=False)
     if shape is None:
         _check_no_repeats(spec, _check_entries(mesh, spec))
     else:
@@ -177,8 +186,24 @@ def _count(n: int, singular: str, plural: str | None = None) -> str:
     return f"{n} {singular if n == 1 else plural or singular + 's'}"
 
 
-def _is_count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _check_mesh(mesh: object, function: str, *, devices: bool = True) -> None:
+    """Raise a TypeError unless ``mesh`` is a ``jax.sharding.Mesh``, or, where ``function``
+    needs no devices (``devices=False``), an ``AbstractMesh``."""
+    if isinstance(mesh, Mesh) or (not devices and isinstance(mesh, AbstractMesh)):
+        return
+    if isinstance(mesh, AbstractMesh):
+        fix = (
+            f"an AbstractMesh has axis names and sizes but no devices, and {function} puts "
+            f"arrays on devices. Pass the Mesh itself: the one jax.make_mesh returned, or "
+            f"inside `with jax.set_mesh(mesh):`, jax.sharding.get_mesh()"
+        )
+    elif isinstance(mesh, NamedSharding):
+        fix = "pass the sharding's mesh instead, sharding.mesh"
+    else:
+        fix = (
+            "build one with jax.make_mesh(shape, names), for example jax.make_mesh((8,), ('data',))"
+        )
+    raise TypeError(f"{function} needs a jax.sharding.Mesh as mesh, got {shown(mesh)}; {fix}.")
 
 
 def _check_shape(shape: object) -> tuple[int, ...]:
@@ -187,12 +212,12 @@ def _check_shape(shape: object) -> tuple[int, ...]:
             f"shape must be a tuple of mesh axis sizes such as (8,) or (2, 4), got {shape!r}."
         )
     for position, size in enumerate(shape):
-        if not _is_count(size) or size < 1:
+        if not is_whole(size) or size < 1:
             raise ValueError(
                 f"every mesh axis size must be a positive integer, but shape {tuple(shape)} "
                 f"has {size!r} at position {position}."
             )
-    return tuple(shape)
+    return tuple(int(size) for size in shape)
 
 
 def _check_names(names: object, shape: tuple[int, ...]) -> tuple[str, ...]:
@@ -233,14 +258,55 @@ def _check_axis_types(
         return (AxisType.Explicit,) * len(names)
     if isinstance(axis_types, AxisType):
         return (axis_types,) * len(names)
-    axis_types = tuple(axis_types)
-    if len(axis_types) != len(names) or not all(isinstance(t, AxisType) for t in axis_types):
+    types = tuple(axis_types) if isinstance(axis_types, tuple | list) else ()
+    if len(types) != len(names) or not all(isinstance(t, AxisType) for t in types):
+        # axis_types="auto": suggest the AxisType of that name.
+        meant = next((t for t in AxisType if t.name.lower() == str(axis_types).lower()), None)
         raise ValueError(
             f"axis_types must give one jax.sharding.AxisType per mesh axis {names}, got "
-            f"{axis_types!r}. Pass for example axis_types=(AxisType.Explicit,) * {len(names)}, "
-            f"or a single AxisType for every axis."
+            f"{axis_types!r}. Pass for example "
+            f"axis_types=AxisType.{(meant or AxisType.Explicit).name} for every axis, or "
+            f"(AxisType.Explicit,) * {len(names)}, after `from jax.sharding import AxisType`."
         )
-    return axis_types
+    return types
+
+
+def _check_devices(devices: object, shape: tuple[int, ...], product: int) -> list[jax.Device]:
+    """``devices`` as a list of distinct devices, or an error that names the fix."""
+    every = product >= jax.device_count()
+    example = "devices=jax.devices()" if every else f"devices=jax.devices()[:{product}]"
+    if callable(devices):
+        name = getattr(devices, "__name__", repr(devices))
+        raise TypeError(
+            f"devices must be a sequence of devices, got the function {name} itself; call "
+            f"it, as in {example}."
+        )
+    try:
+        listed = list(devices)  # type: ignore[call-overload]
+    except TypeError:
+        raise TypeError(
+            f"devices must be a sequence of devices such as {example}, got {shown(devices)}."
+        ) from None
+    for position, device in enumerate(listed):
+        if not isinstance(device, jax.Device):
+            raise TypeError(
+                f"devices must be a sequence of jax.Device, but it holds {shown(device)} at "
+                f"position {position}; pass devices such as {example}."
+            )
+    if not listed:
+        raise ValueError(
+            f"a mesh of shape {shape} needs {product} devices, but devices={devices!r} holds "
+            f"none. Pass {product} devices, for example {example}, or leave devices out to "
+            f"use all of jax.devices()."
+        )
+    for position, device in enumerate(listed):
+        if device in listed[:position]:
+            raise ValueError(
+                f"devices holds {device!r} twice, at positions {listed.index(device)} and "
+                f"{position}; a mesh holds each device once. Pass {product} distinct "
+                f"devices, for example {example}."
+            )
+    return listed
 
 
 def _fitting_shapes(count: int) -> list[tuple[int, ...]]:
@@ -324,12 +390,12 @@ def _check_no_repeats(spec: P, entries: list[tuple[str, ...]]) -> None:
 
 def _check_array_shape(shape: object) -> tuple[int, ...]:
     if not isinstance(shape, tuple | list) or not all(
-        _is_count(size) and size >= 0 for size in shape
+        is_whole(size) and size >= 0 for size in shape
     ):
         raise ValueError(
             f"shape must be the array's shape, a tuple of sizes such as (8, 4), got {shape!r}."
         )
-    return tuple(shape)
+    return tuple(int(size) for size in shape)
 
 
 def _divisible_message(
