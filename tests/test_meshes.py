@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import jax
+import numpy as np
 import pytest
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -116,6 +117,56 @@ class TestMakeMesh:
             make_mesh((2, 4), ("x", "y"), axis_types=(AxisType.Auto,))
         assert_parts(caught, "one jax.sharding.AxisType per mesh axis ('x', 'y')", "(Auto,)")
 
+    def test_axis_types_as_a_string_is_shown_as_passed(self):
+        with pytest.raises(ValueError) as caught:
+            make_mesh((8,), ("d",), axis_types="auto")
+        assert_parts(
+            caught,
+            "one jax.sharding.AxisType per mesh axis ('d',), got 'auto'.",
+            "axis_types=AxisType.Auto for every axis",
+            "from jax.sharding import AxisType",
+        )
+
+    def test_numpy_integer_sizes(self):
+        mesh = make_mesh((np.int64(2), np.int32(4)), ("x", "y"))
+        assert mesh.shape == {"x": 2, "y": 4}
+        assert all(type(size) is int for size in mesh.shape.values())
+
+    def test_no_devices(self):
+        with pytest.raises(ValueError) as caught:
+            make_mesh((8,), ("d",), devices=[])
+        assert_parts(
+            caught,
+            "a mesh of shape (8,) needs 8 devices, but devices=[] holds none",
+            "for example devices=jax.devices()",
+        )
+        assert "(0,)" not in str(caught.value)
+
+    def test_a_device_twice(self):
+        d0 = jax.devices()[0]
+        with pytest.raises(ValueError) as caught:
+            make_mesh((2,), ("d",), devices=[d0, d0])
+        assert_parts(
+            caught,
+            f"devices holds {d0!r} twice, at positions 0 and 1",
+            "Pass 2 distinct devices, for example devices=jax.devices()[:2]",
+        )
+
+    def test_the_devices_function_not_called(self):
+        with pytest.raises(TypeError) as caught:
+            make_mesh((8,), ("d",), devices=jax.devices)
+        assert_parts(
+            caught, "got the function devices itself; call it, as in devices=jax.devices()."
+        )
+
+    @pytest.mark.parametrize(
+        ("devices", "shown"), [(3, "got int 3"), ("cpu", "it holds str 'c' at position 0")]
+    )
+    def test_devices_that_are_not_devices(self, devices, shown):
+        with pytest.raises(TypeError) as caught:
+            make_mesh((8,), ("d",), devices=devices)
+        assert_parts(caught, "devices must be a sequence of", shown)
+
 
 class TestCheckSpec:
     @pytest.mark.parametrize(
@@ -208,6 +259,26 @@ class TestCheckSpec:
         with pytest.raises(TypeError) as caught:
             check_spec(mesh, ("x", None), (8, 4))
         assert_parts(caught, "PartitionSpec, got tuple ('x', None)", "P('x', None)")
+
+    def test_numpy_integer_sizes(self, mesh):
+        check_spec(mesh, P("x", "y"), (np.int64(8), np.int64(4)))
+        with pytest.raises(ValueError, match=r"shape \(8, 6\) has size 6"):
+            check_spec(mesh, P(None, "y"), (np.int64(8), np.int64(6)))
+
+    def test_an_abstract_mesh_is_enough(self, mesh):
+        check_spec(mesh.abstract_mesh, P("x", "y"), (8, 4))
+        assert named_sharding(mesh.abstract_mesh, P("x")).spec == P("x")
+
+    @pytest.mark.parametrize(("value", "shown"), [(None, "None"), ((2, 4), "tuple (2, 4)")])
+    @pytest.mark.parametrize("function", [check_spec, named_sharding])
+    def test_the_mesh_must_be_a_mesh(self, function, value, shown):
+        with pytest.raises(TypeError) as caught:
+            function(value, P("x"), (8,))
+        assert_parts(
+            caught,
+            f"{function.__name__} needs a jax.sharding.Mesh as mesh, got {shown}",
+            "jax.make_mesh((8,), ('data',))",
+        )
 
     def test_bad_shape(self, mesh):
         with pytest.raises(ValueError) as caught:
