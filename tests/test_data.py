@@ -113,6 +113,20 @@ class TestParseIdx:
         with pytest.raises(ValueError, match="24 bytes of values .* but it has 16"):
             parse_idx(data)
 
+    @pytest.mark.parametrize(
+        ("data", "shown"), [("text", "str 'text'"), (None, "None"), (Path("f.gz"), "PosixPath")]
+    )
+    def test_not_bytes(self, data, shown):
+        with pytest.raises(TypeError) as caught:
+            parse_idx(data)
+        message = str(caught.value)
+        assert f"parse_idx needs the contents of an IDX file as bytes, got {shown}" in message
+        assert "parse_idx(Path(file).read_bytes())" in message
+
+    def test_bytearray_and_memoryview(self):
+        data = idx(np.arange(3, dtype=np.uint8), 0x08)
+        assert parse_idx(bytearray(data)).tolist() == parse_idx(memoryview(data)).tolist()
+
     def test_corrupt_gzip(self):
         data = gzip.compress(idx(np.zeros(100, np.uint8), 0x08))[:-10]
         with pytest.raises(ValueError, match="gzip magic bytes 1f 8b but does not decompress"):
@@ -249,6 +263,26 @@ class TestLoadMnist:
         assert "Connect to the network" in message and f"into {cache}" in message
         assert all(name in message for name in NAMES)
         assert not cache.exists()  # nothing created
+
+    def test_a_cache_dir_that_is_not_a_path(self):
+        with pytest.raises(TypeError) as caught:
+            load_mnist(123, download=False)
+        message = str(caught.value)
+        assert "cache_dir must be the path of a directory" in message
+        assert "or None for the default ($JAXPAR_DATA, else ~/.cache/jaxpar/mnist); got 123." in (
+            message
+        )
+
+    @pytest.mark.parametrize("how", ["cache_dir", "JAXPAR_DATA"])
+    def test_a_cache_dir_that_is_a_file(self, tmp_path, files, monkeypatch, how):
+        file = tmp_path / "mnist.tar"
+        file.write_bytes(b"")
+        monkeypatch.setenv("JAXPAR_DATA", str(file))
+        with pytest.raises(NotADirectoryError) as caught:
+            load_mnist(file if how == "cache_dir" else None, download=False)
+        message = str(caught.value)
+        assert f"the MNIST cache directory {file} is a file, not a directory" in message
+        assert "Pass as cache_dir (or set JAXPAR_DATA to) a directory" in message
 
     def test_unreachable_url(self, tmp_path, files):
         cache = write(tmp_path / "cache", {n: files[n] for n in NAMES[:3]})

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from jaxpar import (
@@ -50,6 +51,14 @@ class TestFindTraceFile:
     def test_a_missing_folder(self, tmp_path):
         with pytest.raises(FileNotFoundError, match="does not exist"):
             find_trace_file(tmp_path / "nowhere")
+
+    @pytest.mark.parametrize("function", [find_trace_file, read_trace])
+    def test_a_folder_that_is_not_a_path(self, function):
+        with pytest.raises(TypeError) as caught:
+            function(None)
+        message = str(caught.value)
+        assert f"{function.__name__} needs the folder given to jax.profiler.trace" in message
+        assert "as a str or a pathlib.Path; got None." in message
 
     def test_a_file_is_returned_as_it_is(self, tmp_path):
         path = write_trace(tmp_path, [op("fusion")], name="host.trace.json.gz")
@@ -166,6 +175,26 @@ class TestTopOperations:
         with pytest.raises(ValueError, match=r"device 5 ran no operation .*\[0, 1\]"):
             top_operations(self.OPS, device=5)
 
+    def test_a_numpy_integer_limit(self):
+        assert len(top_operations(self.OPS, np.int64(2))) == 2
+
+
+@pytest.mark.parametrize("function", [top_operations, timeline_svg])
+@pytest.mark.parametrize(
+    ("value", "got"),
+    [
+        (None, "got None."),
+        ([1, 2], "got a list that holds int 1."),
+        ("trace", "got the path 'trace'; read the trace first: {function}(read_trace(path))."),
+    ],
+)
+def test_operations_that_are_not_operations(function, value, got):
+    with pytest.raises(TypeError) as caught:
+        function(value)
+    message = str(caught.value)
+    assert f"{function.__name__} needs a Trace, such as read_trace(folder) returns" in message
+    assert message.endswith(got.format(function=function.__name__)), message
+
 
 @pytest.mark.parametrize(
     ("name", "collective"),
@@ -218,6 +247,10 @@ class TestTimelineSvg:
     def test_no_operations(self):
         with pytest.raises(ValueError, match="no operations to draw"):
             timeline_svg([])
+
+    def test_numpy_integer_sizes(self):
+        svg = timeline_svg(ops(("a", 0, 0.0, 1.0)), width=np.int64(300), row_height=np.int32(10))
+        assert 'width="300"' in svg
 
     @pytest.mark.parametrize(("option", "value"), [("width", 100), ("row_height", 2)])
     def test_too_small(self, option, value):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from jaxpar import Timing, benchmark
@@ -141,6 +142,33 @@ class TestBenchmark:
         with pytest.raises(TypeError, match=r"iter\(times\).__next__"):
             benchmark(lambda: None, clock=[0.0, 1.0])
 
+    def test_a_clock_that_runs_out_names_it_and_the_readings_it_needs(self):
+        ticks = iter([0.0, 1.0, 2.0])
+        with pytest.raises(ValueError) as caught:
+            benchmark(lambda: None, repeats=3, clock=ticks.__next__)
+        message = str(caught.value)
+        assert f"the clock {ticks.__next__!r} ran out after 3 readings" in message
+        assert "before and after each of the 3 timed calls or runs, 6 readings in all" in message
+        assert "Give it 6 times, or leave clock out" in message
+        assert caught.value.__suppress_context__  # no bare StopIteration shown above it
+
+    @pytest.mark.parametrize("value", [float("nan"), float("inf"), None, "1.0"])
+    def test_a_clock_that_returns_no_finite_number(self, value):
+        with pytest.raises(ValueError) as caught:
+            benchmark(lambda: None, repeats=2, clock=lambda: value)
+        assert f"returned {value!r} at reading 1" in str(caught.value)
+        assert "the time in seconds as a finite number" in str(caught.value)
+
+    def test_a_frozen_clock(self):
+        with pytest.raises(ValueError, match="did not move: every timed call took 0 s"):
+            benchmark(lambda: None, repeats=3, clock=lambda: 5.0)
+
+    def test_numpy_integer_counts(self):
+        clock = replay([1.0, 3.0])
+        timing = benchmark(lambda: None, warmup=np.int64(1), repeats=np.int64(2), clock=clock)
+        assert (timing.repeats, type(timing.repeats)) == (2, int)
+        assert str(timing) == "2.00 s ± 1.00 s (median ± IQR of 2)"
+
     def test_a_clock_going_backwards(self):
         with pytest.raises(ValueError, match="the clock went backwards: a call took -1.0 s"):
             benchmark(lambda: None, repeats=1, clock=iter([2.0, 1.0]).__next__)
@@ -163,6 +191,10 @@ class TestTimingStr:
     )
     def test_units_and_digits(self, median_s, iqr_s, repeats, text):
         assert str(Timing(median_s, median_s, median_s, iqr_s, repeats)) == text
+
+    def test_a_timing_made_by_hand_with_nan_still_prints(self):
+        nan = float("nan")
+        assert str(Timing(nan, nan, nan, nan, 1)) == "nan µs ± nan µs (median ± IQR of 1)"
 
 
 def test_a_donating_function_is_refused_with_what_to_time_instead():

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxpar._checks import shown
+
 MNIST_URL = "https://storage.googleapis.com/cvdf-datasets/mnist/"
 """The Google Cloud mirror of MNIST that TensorFlow Datasets downloads from."""
 
@@ -131,6 +133,7 @@ def parse_idx(data: bytes) -> np.ndarray:
         A writable array in native byte order, with the file's dimensions and value type.
 
     Raises:
+        TypeError: ``data`` is not bytes (a ``str``, a path, ``None``).
         ValueError: the data is not valid gzip or not IDX (bad magic bytes, an unknown type
             code, a truncated header), or it holds more or fewer bytes than its dimensions say.
 
@@ -158,6 +161,12 @@ def parse_idx(data: bytes) -> np.ndarray:
             '''
         ```
     """
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise TypeError(
+            f"parse_idx needs the contents of an IDX file as bytes, got {shown(data)}. Read "
+            f"the file in binary mode: "
+            f"parse_idx(Path(file).read_bytes())."
+        )
     data = bytes(data)
     if data[:2] == b"\x1f\x8b":
         try:
@@ -234,6 +243,8 @@ def load_mnist(
         pixels, and their labels.
 
     Raises:
+        TypeError: ``cache_dir`` is not a path.
+        NotADirectoryError: the cache directory is a file.
         DatasetUnavailableError: a file is not in the cache and cannot be downloaded
             (``download=False``, no network, or the server failed); it names the file, the
             cache directory, the URL, the reason and the fixes.
@@ -260,7 +271,18 @@ def load_mnist(
                 #> download=False, so nothing was fetched
         ```
     """
+    if cache_dir is not None and not isinstance(cache_dir, str | os.PathLike):
+        raise TypeError(
+            f"cache_dir must be the path of a directory, as a str or a pathlib.Path, or None "
+            f"for the default ($JAXPAR_DATA, else ~/.cache/jaxpar/mnist); got {cache_dir!r}."
+        )
     directory = _default_cache_dir() if cache_dir is None else Path(cache_dir).expanduser()
+    if directory.exists() and not directory.is_dir():
+        raise NotADirectoryError(
+            f"the MNIST cache directory {directory} is a file, not a directory. Pass as "
+            f"cache_dir (or set JAXPAR_DATA to) a directory that holds the four MNIST files, "
+            f"or will hold them once downloaded."
+        )
     arrays = {name: parse_idx(_fetch(name, directory, download, base_url)) for name in _FILES}
     train_images, train_labels = _check_split(arrays, _TRAIN_IMAGES, _TRAIN_LABELS)
     test_images, test_labels = _check_split(arrays, _TEST_IMAGES, _TEST_LABELS)

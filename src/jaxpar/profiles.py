@@ -34,6 +34,8 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
 
+from jaxpar._checks import is_whole, shown
+
 COLLECTIVE = re.compile(
     r"^(all-reduce|all-gather|reduce-scatter|all-to-all|ragged-all-to-all|collective-permute"
     r"|collective-broadcast)(-start|-done)?(\.\d+)?$"
@@ -149,9 +151,10 @@ def find_trace_file(folder: str | os.PathLike[str]) -> Path:
         The path of the trace file.
 
     Raises:
+        TypeError: ``folder`` is not a path.
         FileNotFoundError: ``folder`` does not exist or holds no trace.
     """
-    path = Path(folder)
+    path = _path(folder, "find_trace_file")
     if path.is_file():
         return path
     if not path.is_dir():
@@ -185,6 +188,7 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
         The :class:`Trace`.
 
     Raises:
+        TypeError: ``path`` is not a path.
         FileNotFoundError: there is no trace at ``path``.
         ValueError: the file is not a trace, or no operation ran on a device while it
             was recorded.
@@ -216,7 +220,7 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
         #> {'jit__lambda'}
         ```
     """
-    file = find_trace_file(path)
+    file = find_trace_file(_path(path, "read_trace"))
     opener = gzip.open if file.name.endswith(".gz") else open
     try:
         with opener(file, "rt", encoding="utf-8") as stream:
@@ -276,6 +280,37 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
     return Trace(path=file, operations=tuple(operations), steps=tuple(steps))
 
 
+def _path(folder: object, function: str) -> Path:
+    """``folder`` as a ``Path``, or a TypeError that says what ``function`` needs."""
+    if not isinstance(folder, str | os.PathLike):
+        raise TypeError(
+            f"{function} needs the folder given to jax.profiler.trace(folder), or a trace "
+            f"file, as a str or a pathlib.Path; got {folder!r}."
+        )
+    return Path(folder)
+
+
+def _operations(operations: object, function: str) -> list[Operation]:
+    """The operations of a Trace, or ``operations`` as a list, checked to be operations."""
+    if isinstance(operations, Trace):
+        return list(operations.operations)
+    path = isinstance(operations, str | bytes | os.PathLike)
+    if isinstance(operations, Iterable) and not path:
+        listed = list(operations)
+        wrong = [op for op in listed if not isinstance(op, Operation)]
+        if not wrong:
+            return listed
+        got = f"a {type(operations).__name__} that holds {shown(wrong[0])}"
+    elif path:
+        got = f"the path {operations!r}; read the trace first: {function}(read_trace(path))"
+    else:
+        got = shown(operations)
+    raise TypeError(
+        f"{function} needs a Trace, such as read_trace(folder) returns, or a list of its "
+        f"operations (jaxpar.Operation), got {got}."
+    )
+
+
 def _device_of(args: dict[str, Any], process: str) -> int | None:
     if "device_ordinal" in args:
         return int(args["device_ordinal"])
@@ -299,6 +334,7 @@ def top_operations(
         operations on the same devices.
 
     Raises:
+        TypeError: ``trace`` is neither a :class:`Trace` nor operations.
         ValueError: ``n`` is not a positive whole number, or ``device`` ran no operation.
 
     Examples:
@@ -319,11 +355,11 @@ def top_operations(
             #> all-reduce.2: 2 runs, 20 µs, 20%
         ```
     """
-    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+    if n is not None and (not is_whole(n) or n < 1):
         raise ValueError(
             f"n must be a whole number of operations, 1 or more, or None for all; got {n!r}."
         )
-    operations = list(trace.operations if isinstance(trace, Trace) else trace)
+    operations = _operations(trace, "top_operations")
     if device is not None:
         devices = sorted({op.device for op in operations})
         operations = [op for op in operations if op.device == device]
@@ -429,6 +465,7 @@ def timeline_svg(
         The SVG markup, to write to a ``.svg`` file or put in a page.
 
     Raises:
+        TypeError: ``operations`` is neither a :class:`Trace` nor operations.
         ValueError: there are no operations, or ``width`` or ``row_height`` is too small.
 
     Examples:
@@ -446,12 +483,12 @@ def timeline_svg(
         #> 4 2
         ```
     """
-    ops = list(operations.operations if isinstance(operations, Trace) else operations)
+    ops = _operations(operations, "timeline_svg")
     if not ops:
         raise ValueError("there are no operations to draw; pass a Trace or a non-empty list.")
-    if isinstance(width, bool) or not isinstance(width, int) or width < 240:
+    if not is_whole(width) or width < 240:
         raise ValueError(f"width must be a whole number of pixels, 240 or more, got {width!r}.")
-    if isinstance(row_height, bool) or not isinstance(row_height, int) or row_height < 8:
+    if not is_whole(row_height) or row_height < 8:
         raise ValueError(
             f"row_height must be a whole number of pixels, 8 or more, got {row_height!r}."
         )

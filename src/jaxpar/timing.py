@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -10,6 +11,8 @@ from typing import Any
 
 import jax
 import numpy as np
+
+from jaxpar._checks import is_whole
 
 
 @dataclass(frozen=True)
@@ -40,7 +43,8 @@ class Timing:
         )
         median, iqr = self.median_s / factor, self.iqr_s / factor
         # Three significant digits for the median; the IQR to the same decimal place.
-        digits = 2 if rounded <= 0 else min(max(0, 2 - math.floor(math.log10(rounded / factor))), 6)
+        finite = 0 < rounded < math.inf
+        digits = min(max(0, 2 - math.floor(math.log10(rounded / factor))), 6) if finite else 2
         runs = f"{self.repeats} × {self.pipeline} pipelined calls" if self.pipeline > 1 else ""
         return (
             f"{median:.{digits}f} {unit} ± {iqr:.{digits}f} {unit} "
@@ -99,7 +103,8 @@ def benchmark(
         TypeError: ``fn`` or ``clock`` is not callable.
         RuntimeError: ``fn`` donated an argument, which its first call deleted.
         ValueError: ``warmup``, ``repeats`` or ``pipeline`` is out of range, or the clock
-            went backwards.
+            ran out (an iterator's ``__next__``), returned something other than a finite
+            number, went backwards or did not move.
 
     Examples:
         A fake clock that replays fixed times makes the result the same on every machine;
@@ -144,34 +149,41 @@ def benchmark(
             f"clock must be a function that returns the time in seconds, such as "
             f"time.perf_counter, got {clock!r}; to replay fixed times pass iter(times).__next__."
         )
-    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+    if not is_whole(warmup) or warmup < 0:
         raise ValueError(
             f"warmup must be a whole number of untimed calls, 0 or more, got {warmup!r}; keep "
             f"the default warmup=2 so that compilation is not timed, or pass warmup=0 to time "
             f"the first call, compilation included."
         )
-    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+    if not is_whole(repeats) or repeats < 1:
         raise ValueError(
             f"repeats must be a whole number of timed calls, 1 or more, got {repeats!r}; pass "
             f"for example repeats=10."
         )
-    if isinstance(pipeline, bool) or not isinstance(pipeline, int) or pipeline < 1:
+    if not is_whole(pipeline) or pipeline < 1:
         raise ValueError(
             f"pipeline must be a whole number of calls dispatched before waiting, 1 or more, "
             f"got {pipeline!r}; pass pipeline=1 to time each call alone (latency), or for "
             f"example pipeline=8 to time calls dispatched back to back (throughput)."
         )
+    warmup, repeats, pipeline = int(warmup), int(repeats), int(pipeline)
     for _ in range(warmup):
         jax.block_until_ready(_call(fn, args, kwargs))
     times = []
-    for _ in range(repeats):
-        start = clock()
+    for run in range(repeats):
+        start = _read(clock, 2 * run, repeats)
         jax.block_until_ready([_call(fn, args, kwargs) for _ in range(pipeline)])
-        times.append((clock() - start) / pipeline)
+        times.append((_read(clock, 2 * run + 1, repeats) - start) / pipeline)
     if min(times) < 0:
         raise ValueError(
             f"the clock went backwards: a call took {min(times)!r} s. Use a monotonic clock "
             f"such as time.perf_counter."
+        )
+    if max(times) == 0:
+        raise ValueError(
+            f"the clock {clock!r} did not move: every timed call took 0 s by it. Use a clock "
+            f"that advances, such as time.perf_counter (a coarse one cannot time short "
+            f"calls: time more calls per reading with pipeline=n)."
         )
     q1, median, q3 = np.percentile(times, [25, 50, 75])
     return Timing(
@@ -183,6 +195,25 @@ def benchmark(
         times_s=tuple(times),
         pipeline=pipeline,
     )
+
+
+def _read(clock: Callable[[], float], reading: int, repeats: int) -> float:
+    """The time ``clock`` gives, its ``reading``-th time (from 0) of ``2 * repeats``."""
+    try:
+        value = clock()
+    except StopIteration:
+        raise ValueError(
+            f"the clock {clock!r} ran out after {reading} readings: benchmark reads it "
+            f"before and after each of the {repeats} timed calls or runs, {2 * repeats} "
+            f"readings in all (warmup calls read none). Give it {2 * repeats} times, or leave "
+            f"clock out to measure with time.perf_counter."
+        ) from None
+    if not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise ValueError(
+            f"the clock {clock!r} returned {value!r} at reading {reading + 1}, but a clock "
+            f"must return the time in seconds as a finite number, as time.perf_counter does."
+        )
+    return float(value)
 
 
 def _call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
