@@ -195,7 +195,7 @@ def jaxpar_inputs(sources: Iterable[str]) -> tuple[str, ...]:
     without its docstrings (``<module>#code``), which running it never reads.
 
     >>> jaxpar_inputs(["from jaxpar import benchmark"])
-    ('src/jaxpar/__init__.py#code', 'src/jaxpar/timing.py#code')
+    ('src/jaxpar/__init__.py#code', 'src/jaxpar/_checks.py#code', 'src/jaxpar/timing.py#code')
     >>> jaxpar_inputs(["import numpy"])
     ()
     """
