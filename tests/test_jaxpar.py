@@ -260,6 +260,12 @@ def test_something_else_than_a_mesh_is_refused(function, mesh, shown, fix):
     assert fix in message
 
 
+def test_replicate_takes_random_keys():
+    tree = replicate({"key": jax.random.key(0), "w": np.zeros(2)}, MESH)
+    assert jax.dtypes.issubdtype(tree["key"].dtype, jax.dtypes.prng_key)
+    assert tree["key"].sharding.is_fully_replicated
+
+
 def test_replicate_names_a_leaf_of_strings():
     with pytest.raises(TypeError, match=r"replicate got \['name'\] of dtype <U3"):
         replicate({"w": np.zeros(2), "name": "net"}, MESH)

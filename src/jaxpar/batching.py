@@ -394,6 +394,8 @@ def _check_count(name: str, value: object) -> int:
 
 def _check_numeric(function: str, path: str, leaf: Any) -> None:
     """Raise a TypeError naming ``path`` if ``leaf`` holds strings, objects or dates."""
+    if isinstance(leaf, jax.Array):  # a JAX type already, random keys included
+        return
     dtype = np.dtype(leaf.dtype)
     if dtype.kind in "OUSMm":
         raise TypeError(
