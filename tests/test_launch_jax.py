@@ -185,7 +185,11 @@ def check_never_connects(folder: Path) -> None:
     )
     result = launch("--nproc", "2", "--devices-per-process", "1", "--init-timeout", "1", str(job))
     assert result.returncode != 0
-    assert "rank 0 exited with status" in result.stdout
+    # rank 0 gives up, or, when starting JAX takes it over 10 s on a loaded machine, the
+    # launcher first stops it for not finishing with rank 1
+    assert "rank 0 exited with status" in result.stdout or (
+        "rank 1 finished, but ranks [0] were still working" in result.stdout
+    )
 
 
 def run_concurrently(checks: dict[str, Callable[[Path], None]], folder: Path) -> None:
@@ -331,7 +335,7 @@ def check_without_launcher(folder: Path, *, case: tuple[str, int, str]) -> None:
     took = time.monotonic() - started
     assert ranks[0].returncode == -signal.SIGABRT, outputs[0]
     assert ranks[1].returncode == rank_1_status, outputs[1]
-    assert 3 <= took < 30
+    assert 3 <= took < 60  # its 3 s timeout, not the default 100 s or 300 s, on a loaded machine
     assert "rank 0 finished" not in outputs[0][0]
     stderr = outputs[0][1]
     assert "Terminating process because the JAX distributed service detected fatal" in stderr

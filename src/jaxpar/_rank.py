@@ -4,10 +4,11 @@ The launcher starts every rank as ``python -m jaxpar._rank SCRIPT ARGS``, which 
 ``SCRIPT`` as ``__main__`` just as ``python SCRIPT ARGS`` would. What differs is how a rank
 ends. Once ``jax.distributed`` is initialised, a plain Python exit runs JAX's shutdown
 barrier, which waits for every other rank (5 minutes by default) and then aborts with C++
-stack traces: a rank whose script raised would hang the whole run. Here, a script that
-raises has its traceback printed once; then, as for one that exits with a non-zero status,
-the runner tells the launcher (through the socket the launcher passed, so that the launcher
-mutes the other ranks before they notice anything) and leaves at once with ``os._exit``,
+stack traces: a rank whose script raised would hang the whole run. Here, when a script
+raises or exits with a non-zero status, the runner tells the launcher (through the socket
+the launcher passed, so that the launcher mutes the other ranks before they notice
+anything), then prints the traceback, once (of several ranks failing at once, the launcher
+shows only the first one's), and leaves at once with ``os._exit``,
 skipping the barrier. A script
 that succeeds says so and exits normally, through the barrier, as every rank arrives there.
 A rank that dies without a word (a signal, a crash in native code) closes the socket as it
@@ -92,12 +93,25 @@ def tell_launcher(message: str, wait_for_answer: bool = False) -> None:
         _answered.wait(ACK_TIMEOUT)
 
 
-def fail(status: int) -> None:
-    """Flush what the script printed, report the failure, and exit without atexit handlers."""
+def report_failure(status: int) -> None:
+    """Flush what the script printed, and tell the launcher this rank fails with ``status``;
+    return once it has heard."""
     sys.stdout.flush()
     sys.stderr.flush()
     tell_launcher(f"fail {status}", wait_for_answer=True)
+
+
+def leave(status: int) -> None:
+    """Flush, and exit without atexit handlers (JAX's shutdown barrier among them)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
     os._exit(status)
+
+
+def fail(status: int) -> None:
+    """Report the failure, and exit without atexit handlers."""
+    report_failure(status)
+    leave(status)
 
 
 def run(script: str, args: list[str]) -> None:
@@ -128,10 +142,15 @@ def run(script: str, args: list[str]) -> None:
         tell_launcher("done")
         raise
     except BaseException as error:  # noqa: BLE001 - reported like Python's own handler
+        # Report first, print after: once the launcher has heard of the first failing rank,
+        # it shows only that rank's output, so of several ranks failing at once, one
+        # traceback appears.
+        status = 130 if isinstance(error, KeyboardInterrupt) else 1
+        report_failure(status)
         traceback.print_exception(
             type(error), error, script_frames(error.__traceback__, path), file=sys.stderr
         )
-        fail(130 if isinstance(error, KeyboardInterrupt) else 1)
+        leave(status)
     tell_launcher("done")
 
 

@@ -8,12 +8,22 @@ it.
 
 When one rank fails (an uncaught exception, ``sys.exit(n)`` with n ≠ 0, a signal such as
 the OOM killer's SIGKILL), the launcher stops the others at once and exits with the failing
-rank's status (128 + n for signal n). Its traceback appears once; what the stopped ranks
-print as they lose their peer is dropped. This holds after ``jax.distributed`` is
-initialised too, where a plain Python exit would wait at JAX's shutdown barrier for
-minutes: each rank runs under :mod:`jaxpar._rank`, which reports the failure and leaves
-without that barrier. ``--timeout`` and Ctrl-C stop every rank too. No process outlives
-the launcher: each runs in its own process group, which is signalled as a whole.
+rank's status (128 + n for signal n). One traceback appears, the first failing rank's,
+even when several fail; what the other ranks print as they lose their peer is dropped.
+This holds after ``jax.distributed`` is initialised too, where a plain Python exit would
+wait at JAX's shutdown barrier for minutes: each rank runs under :mod:`jaxpar._rank`,
+which reports the failure and leaves without that barrier. A rank that finishes while
+another goes on for more than ``FINISH_SECONDS`` (10 s) would leave that one waiting in a
+collective until JAX's shutdown timeout: the launcher stops the run then, with status 1.
+
+``--timeout`` and Ctrl-C stop every rank within ``STOP_SECONDS`` (1.5 s: SIGINT, then
+SIGKILL); a second Ctrl-C changes nothing. SIGTERM to the launcher is what a scheduler
+sends before it ends a job: the launcher passes it on to every rank as the same
+preemption notice (JAX catches it, see ``multihost_utils.reached_preemption_sync_point``),
+waits ``--term-grace`` seconds (30 by default) for them to save and exit, then ends what
+is left and exits with 143. No process outlives the launcher: each rank runs in its own
+process group, which is signalled as a whole, and on Linux the launcher adopts what a
+rank leaves behind in a session of its own, and ends it too.
 
 Example::
 
@@ -23,6 +33,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import select
 import signal
@@ -44,7 +55,13 @@ ENV_INIT_TIMEOUT = "JAXPAR_INIT_TIMEOUT"
 HOST = "127.0.0.1"
 EXIT_TIMEOUT = 124
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 128 + signal.SIGTERM
+EXIT_UNFINISHED = 1
 GRACE_SECONDS = 5.0
+STOP_SECONDS = 1.5  # from SIGINT to SIGKILL when the run is stopped
+FINISH_SECONDS = 10.0  # how long ranks may keep working after another one finished
+TERM_GRACE_SECONDS = 30.0  # after a SIGTERM, for the ranks to save and exit
+FDS_PER_RANK = 4  # the launcher's ends of a rank's two pipes and its socket, and a margin
 # How long the other ranks' output already on its way is still relayed once a rank
 # reports that it is failing.
 SETTLE_SECONDS = 0.2
@@ -65,6 +82,7 @@ class LaunchConfig:
     port: int | None = None
     timeout: float | None = None
     init_timeout: int = 60
+    term_grace: float = TERM_GRACE_SECONDS
 
 
 def free_port() -> int:
@@ -106,6 +124,10 @@ def process_environment(config: LaunchConfig, rank: int, port: int) -> dict[str,
     return env
 
 
+class Preempted(Exception):
+    """The launcher received SIGTERM: a scheduler's notice that the job is about to end."""
+
+
 class Launcher:
     """Starts the processes, relays their output, and stops them all together.
 
@@ -131,6 +153,8 @@ class Launcher:
         self._failures: list[list] = []
         self._held: list[tuple[int, object, str]] = []
         self._stopping = False
+        self._preempted = False  # after a SIGTERM, every rank's output is shown
+        self._finished: dict[int, float] = {}  # rank -> when it reported that it finished
         self._controls: dict[int, socket.socket] = {}  # the sockets still being listened to
 
     def say(self, message: str) -> None:
@@ -152,6 +176,7 @@ class Launcher:
                 pass_fds=(theirs.fileno(),),
                 start_new_session=True,  # its own process group: stop() reaches its children
                 text=True,
+                errors="backslashreplace",  # any bytes a rank writes are relayed, not fatal
                 bufsize=1,
             )
             theirs.close()
@@ -165,11 +190,15 @@ class Launcher:
             _thread(self._watch, rank, process)
 
     def _relay(self, rank: int, source, target) -> None:
-        """Copy a process's output line by line, each line prefixed with its rank."""
+        """Copy a process's output line by line, each line prefixed with its rank, until
+        the process closes it: a rank blocked on a full pipe would never end."""
         for line in source:
             self._settle(rank)
             with self._lock:
-                self._show(rank, target, f"[rank {rank}] {line}")
+                try:
+                    self._show(rank, target, f"[rank {rank}] {line}")
+                except (OSError, ValueError):  # the launcher's own output is gone: drain
+                    pass
 
     def _settle(self, rank: int) -> None:
         """Wait until what the other ranks told the launcher has been heard. A rank that dies closes its socket before its peers can notice and print
@@ -188,14 +217,16 @@ class Launcher:
 
     def _show(self, rank: int, target, text: str) -> None:
         """Write, hold back or drop a line of ``rank`` (the lock is held)."""
-        if self._failures:
+        if self._preempted:
+            pass  # after a SIGTERM, every rank says what it saves
+        elif self._stopping:
+            return  # stopped by Ctrl-C, the timeout or another rank's failure: noise
+        elif self._failures:
             culprit, status = self._failures[0]
             if rank != culprit:
                 if status is None:
                     self._held.append((rank, target, text))
                 return
-        elif self._stopping:
-            return
         target.write(text)
         target.flush()
 
@@ -213,6 +244,10 @@ class Launcher:
                 for report in reports:
                     said = True
                     words = report.split()
+                    if words[:1] == [b"done"]:
+                        with self._changed:
+                            self._finished.setdefault(rank, time.monotonic())
+                            self._changed.notify_all()
                     if words[:1] == [b"fail"]:
                         # The rank waits for the answer, so no other rank can have noticed
                         # anything yet: what they print meanwhile is still theirs to show.
@@ -261,6 +296,7 @@ class Launcher:
         """Wait for every process; the exit status the launcher should return."""
         timeout = self.config.timeout
         deadline = None if timeout is None else time.monotonic() + timeout
+        unfinished: list[int] = []
         with self._changed:
             while (failure := self._failure()) is None:
                 codes = [process.poll() for process in self.processes]
@@ -270,13 +306,31 @@ class Launcher:
                     running = [rank for rank, code in enumerate(codes) if code is None]
                     self._stopping = True
                     break
-                self._changed.wait(timeout=0.5)
+                if (
+                    self._finished
+                    and time.monotonic() - min(self._finished.values()) > FINISH_SECONDS
+                ):
+                    unfinished = [r for r in range(len(codes)) if r not in self._finished]
+                    if unfinished:
+                        self._stopping = True
+                        break
+                self._changed.wait(timeout=0.25)
         if failure is not None:
             rank, status = failure
             self._finish(rank)  # its traceback first, then the launcher's line
             self.say(f"rank {rank} exited with status {status}; stopping the other ranks.")
             self.stop(grace=0)  # without their peer they can only hang or fail: no grace
             return status
+        if unfinished:
+            first = min(self._finished, key=self._finished.get)
+            self.say(
+                f"rank {first} finished, but ranks {unfinished} were still working "
+                f"{FINISH_SECONDS:g} s later; the ranks of one job finish together, and a "
+                f"rank left alone waits in a collective until JAX's shutdown timeout. "
+                f"Stopping them: make every rank run the same steps to the end."
+            )
+            self.stop()
+            return EXIT_UNFINISHED
         if self._stopping:
             self.say(
                 f"timeout: ranks {running} still running after {timeout:g} s; stopping them "
@@ -298,26 +352,46 @@ class Launcher:
             pass
         _signal_group(process, signal.SIGKILL)  # its children: nothing outlives the run
         process.wait()
+        _end_orphans(known={p.pid for p in self.processes})  # children in their own session
         for reader in self._readers[rank]:
             reader.join(timeout=GRACE_SECONDS)
 
-    def stop(self, grace: float = GRACE_SECONDS) -> None:
-        """SIGTERM every process group still running, give them ``grace`` seconds, then
-        SIGKILL what is left (at once with ``grace=0``)."""
+    def stop(self, grace: float = STOP_SECONDS, sig: signal.Signals = signal.SIGINT) -> None:
+        """Send ``sig`` to every process group still running, give them ``grace`` seconds,
+        then SIGKILL what is left (at once with ``grace=0``). SIGINT, not SIGTERM: once
+        ``jax.distributed`` is initialised, JAX catches SIGTERM as a preemption notice."""
         with self._lock:
             self._stopping = True
         if grace > 0:
             for process in self.processes:
                 if process.poll() is None:
-                    _signal_group(process, signal.SIGTERM)
+                    _signal_group(process, sig)
             deadline = time.monotonic() + grace
             for process in self.processes:
                 try:
                     process.wait(timeout=max(0.0, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     pass
-        for rank in range(len(self.processes)):
-            self._finish(rank, grace=0)
+        for process in self.processes:  # all at once: a loaded machine is slow to reap
+            _signal_group(process, signal.SIGKILL)
+        for process in self.processes:
+            process.wait()
+        _end_orphans(known={p.pid for p in self.processes})
+        for readers in self._readers.values():
+            for reader in readers:
+                reader.join(timeout=GRACE_SECONDS)
+
+    def preempt(self) -> None:
+        """Pass a SIGTERM on to every rank, as a scheduler's preemption notice, and give
+        them ``term_grace`` seconds to save and exit; their output is shown meanwhile."""
+        grace = self.config.term_grace
+        with self._lock:
+            self._preempted = True
+        self.say(
+            f"SIGTERM: passing it on to every rank as a preemption notice; they have "
+            f"{grace:g} s to save and exit (--term-grace)."
+        )
+        self.stop(grace=grace, sig=signal.SIGTERM)
 
 
 def _thread(target, *args) -> threading.Thread:
@@ -333,10 +407,83 @@ def _signal_group(process: subprocess.Popen, sig: signal.Signals) -> None:
         pass
 
 
+def _adopt_orphans() -> None:
+    """On Linux, become the parent of what a rank leaves behind when it dies (a child in a
+    session of its own, which its process group's signal does not reach)."""
+    if sys.platform == "linux":
+        import ctypes
+
+        PR_SET_CHILD_SUBREAPER = 36
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _end_orphans(known: set[int]) -> None:
+    """SIGKILL and reap the launcher's children that are not ranks: what ranks left behind,
+    adopted by :func:`_adopt_orphans`; again, for what those left behind in turn."""
+    me = str(os.getpid())
+    for _ in range(10):
+        orphans = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            pid = int(stat.parent.name)
+            if fields[1] == me and pid not in known:
+                orphans.append(pid)
+        if not orphans:
+            return
+        for pid in orphans:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError, PermissionError):
+                pass
+
+
 def launch(config: LaunchConfig, out=None, err=None) -> int:
-    """Run ``config`` to the end; returns the exit status (0, a rank's, 124 or 130)."""
+    """Run ``config`` to the end; returns the exit status: 0, a failing rank's, 1 when ranks
+    did not finish together, 124 after ``--timeout``, 130 after Ctrl-C, 143 after SIGTERM."""
+    check_config(config)
+    launcher = Launcher(config, out, err)
+    _adopt_orphans()
+    # Ctrl-C stops the ranks, even when the launcher was started by a process that ignores
+    # SIGINT (as a background job's is); SIGTERM is passed on as a preemption notice.
+    previous = {
+        signal.SIGINT: signal.signal(signal.SIGINT, _raise_interrupt),
+        signal.SIGTERM: signal.signal(signal.SIGTERM, _raise_preempted),
+    }
+    try:
+        launcher.start()
+        return launcher.wait()
+    except KeyboardInterrupt:
+        _ignore_signals()  # a second Ctrl-C changes nothing: the ranks end in seconds
+        launcher.say("interrupted; stopping every rank.")
+        launcher.stop()
+        return EXIT_INTERRUPTED
+    except Preempted:
+        signal.signal(signal.SIGINT, _raise_interrupt)  # another Ctrl-C or SIGTERM: at once
+        signal.signal(signal.SIGTERM, _raise_interrupt)
+        try:
+            launcher.preempt()
+        except KeyboardInterrupt:
+            _ignore_signals()
+            launcher.say("interrupted again; stopping every rank now.")
+            launcher.stop(grace=0)
+        return EXIT_TERMINATED
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def check_config(config: LaunchConfig) -> None:
+    """Raise a LaunchError naming the first setting that cannot work, and the fix."""
     if config.nproc < 1:
         raise LaunchError(f"--nproc must be at least 1, got {config.nproc}.")
+    if config.script.is_dir():
+        raise LaunchError(
+            f"the script {config.script} is a directory; give the path of a Python file."
+        )
     if not config.script.is_file():
         raise LaunchError(
             f"the script {config.script} does not exist; give the path of a Python file."
@@ -347,27 +494,48 @@ def launch(config: LaunchConfig, out=None, err=None) -> int:
         )
     if config.port is not None:
         check_port(config.port)
-    launcher = Launcher(config, out, err)
-    # Ctrl-C and SIGTERM stop the ranks, even when the launcher was started by a process
-    # that ignores SIGINT (as a background job's is).
-    previous = {
-        sig: signal.signal(sig, handler)
-        for sig, handler in ((signal.SIGTERM, _raise_interrupt), (signal.SIGINT, _raise_interrupt))
-    }
-    try:
-        launcher.start()
-        return launcher.wait()
-    except KeyboardInterrupt:
-        launcher.say("interrupted; stopping every rank.")
-        launcher.stop()
-        return EXIT_INTERRUPTED
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    if config.timeout is not None and not (math.isfinite(config.timeout) and config.timeout > 0):
+        raise LaunchError(
+            f"--timeout must be a number of seconds greater than 0, got {config.timeout}; "
+            f"leave it out to let the ranks run as long as they need."
+        )
+    if not (math.isfinite(config.term_grace) and config.term_grace >= 0):
+        raise LaunchError(
+            f"--term-grace must be a number of seconds, 0 or more, got {config.term_grace}."
+        )
+    if config.init_timeout < 1:
+        raise LaunchError(f"--init-timeout must be at least 1 second, got {config.init_timeout}.")
+    _check_open_files(config.nproc)
 
 
-def _raise_interrupt(signum, frame):  # SIGTERM to the launcher stops the ranks as Ctrl-C does
+def _check_open_files(nproc: int) -> None:
+    """Raise the limit of open files to what ``nproc`` ranks need, or say what to do."""
+    import resource
+
+    needed = FDS_PER_RANK * nproc + 64
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        if hard == resource.RLIM_INFINITY or hard >= needed:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+        else:
+            raise LaunchError(
+                f"--nproc {nproc} needs about {needed} open files in the launcher, but this "
+                f"shell allows {soft} (at most {hard}); raise it with `ulimit -n {needed}`, "
+                f"or start fewer processes."
+            )
+
+
+def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
+
+
+def _raise_preempted(signum, frame):
+    raise Preempted
+
+
+def _ignore_signals() -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> LaunchConfig:
@@ -394,6 +562,13 @@ def parse_args(argv: Sequence[str] | None = None) -> LaunchConfig:
         default=60,
         help="seconds jax.distributed.initialize waits for all ranks",
     )
+    parser.add_argument(
+        "--term-grace",
+        type=float,
+        default=TERM_GRACE_SECONDS,
+        help="after a SIGTERM (a scheduler's preemption notice, passed on to every rank), "
+        "seconds the ranks have to save and exit before they are killed",
+    )
     parser.add_argument("script", type=Path, help="the Python script to run")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     ns = parser.parse_args(argv)
@@ -405,6 +580,7 @@ def parse_args(argv: Sequence[str] | None = None) -> LaunchConfig:
         port=ns.port,
         timeout=ns.timeout,
         init_timeout=ns.init_timeout,
+        term_grace=ns.term_grace,
     )
 
 
