@@ -1,16 +1,20 @@
 """The checkpoints chapter's claims: what a 2-process Orbax checkpoint holds, how Grain splits
-and orders the data, runs killed in a save and in a step that resume bit for bit, a restore
-into another layout in one process, Orbax's errors, and what Grain's worker processes need,
-change and keep (workers.out), with epochs and per-process shards."""
+and orders the data, runs killed in a save and in a step that resume bit for bit, damaged
+checkpoints that train.py finds and passes over (or stops at), a restore into another layout
+in one process, Orbax's errors, and what Grain's worker processes need, change and keep
+(workers.out), with epochs and per-process shards."""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
+import pytest
 from sitetools import REPO
 from sitetools.snippets import RUN_ENVIRONMENT, read_sections, tolerances
 
@@ -18,6 +22,7 @@ SNIPPETS = REPO / "snippets" / "checkpoints"
 TRAIN = read_sections((SNIPPETS / "train.out").read_text(encoding="utf-8"))
 RESUME = read_sections((SNIPPETS / "crash_and_resume.out").read_text(encoding="utf-8"))
 WORKERS_OUT = read_sections((SNIPPETS / "workers.out").read_text(encoding="utf-8"))
+DAMAGED = read_sections((SNIPPETS / "damaged.out").read_text(encoding="utf-8"))
 DATA_PAGE = (REPO / "docs/en/checkpoints/data.md").read_text(encoding="utf-8")
 
 # The state: the MLP's parameters (64 x 128 + 128 + 128 x 10 + 10 float32) and the momentum.
@@ -155,6 +160,136 @@ def test_the_resumed_run_repeats_steps_9_to_12_bit_for_bit():
     assert "the same first examples: True" in compare
     assert "the same losses, bit for bit: True" in compare
     assert "the same final state, bit for bit: True" in compare
+
+
+# Damaged checkpoints. Each test damages a copy of the checkpoints of one uninterrupted
+# 12-step run (8 and 12) and resumes it to 12 steps: the run it must end as.
+TRAIN_PY = [sys.executable, "-m", "jaxpar.launch", "--nproc", "2", "--devices-per-process", "4",
+            str(SNIPPETS / "train.py")]  # fmt: skip
+
+
+def train(workdir: Path, steps: int) -> tuple[int, str, str]:
+    """Run train.py as a reader would: its exit status, output, and what it added to log.txt."""
+    log = workdir / "log.txt"
+    before = log.read_text() if log.exists() else ""
+    result = subprocess.run(
+        [*TRAIN_PY, "--workdir", str(workdir), "--steps", str(steps)],
+        capture_output=True, text=True, timeout=120, env={**os.environ, **RUN_ENVIRONMENT},
+    )  # fmt: skip
+    return result.returncode, result.stdout + result.stderr, log.read_text()[len(before) :]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> tuple[Path, str]:
+    workdir = tmp_path_factory.mktemp("uninterrupted") / "run"
+    status, output, logged = train(workdir, 12)
+    assert status == 0, output
+    assert sorted(p.name for p in (workdir / "checkpoints").iterdir()) == ["12", "8"]
+    return workdir, logged
+
+
+@pytest.fixture
+def run(uninterrupted, tmp_path) -> Path:
+    """A copy of the uninterrupted run's folder, to damage."""
+    return Path(shutil.copytree(uninterrupted[0], tmp_path / "run"))
+
+
+def largest_data_file(workdir: Path, step: int) -> tuple[Path, str]:
+    """The largest file in the d/ folders of a checkpoint, and its name as train.py logs it."""
+    folder = workdir / "checkpoints" / str(step)
+    largest = max(folder.glob("state/**/d/*"), key=lambda path: path.stat().st_size)
+    return largest, largest.relative_to(folder).as_posix()
+
+
+def flip_a_bit(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    path.write_bytes(data)
+
+
+def assert_resumed_from_8_as_the_uninterrupted_run(uninterrupted, status, output, logged):
+    assert status == 0, output
+    assert output.count("Traceback") == 0, output
+    assert "deleting checkpoint 12; restoring checkpoint 8 instead\nresuming after step 8\n" in (
+        logged
+    )
+    reference = uninterrupted[1]
+    assert losses(logged) == {step: losses(reference)[step] for step in range(9, 13)}
+    assert final_state(logged) == final_state(reference)  # parameters and momentum, bit for bit
+    written = logged[logged.index("checkpoints kept") :]
+    assert written == reference[reference.index("checkpoints kept") :]  # 8 and 12, at 12
+
+
+def test_a_truncated_data_file_is_found_and_the_run_resumes_from_the_checkpoint_before(
+    uninterrupted, run
+):
+    path, name = largest_data_file(run, 12)
+    size = path.stat().st_size
+    os.truncate(path, size // 2)
+    status, output, logged = train(run, 12)
+    assert f"checkpoint 12 is damaged: {name} has {size // 2} bytes, {size} when saved\n" in (
+        logged
+    )
+    assert_resumed_from_8_as_the_uninterrupted_run(uninterrupted, status, output, logged)
+
+
+def test_a_flipped_bit_is_found_and_the_run_resumes_from_the_checkpoint_before(uninterrupted, run):
+    # Without sha256.json, Orbax can restore such a file without a word (OCDBT on a local
+    # disk keeps no checksum), and the run goes on from other values.
+    path, name = largest_data_file(run, 12)
+    flip_a_bit(path)
+    status, output, logged = train(run, 12)
+    damage = (
+        f"checkpoint 12 is damaged: {name} has changed since it was saved (its SHA-256 differs)"
+    )
+    assert damage + "\n" in logged
+    assert_resumed_from_8_as_the_uninterrupted_run(uninterrupted, status, output, logged)
+
+
+def test_when_every_checkpoint_is_damaged_the_run_stops_with_one_error(run):
+    newest, newest_name = largest_data_file(run, 12)
+    size = newest.stat().st_size
+    os.truncate(newest, 0)
+    older, older_name = largest_data_file(run, 8)
+    flip_a_bit(older)
+    status, output, logged = train(run, 16)
+    assert status != 0, output
+    assert output.count("Traceback") == 0, output  # one error line, from process 0
+    assert logged.splitlines()[5:] == [  # after the lines on the data, which every start logs
+        f"checkpoint 12 is damaged: {newest_name} has 0 bytes, {size} when saved",
+        f"checkpoint 8 is damaged: {older_name} has changed since it was saved (its SHA-256 differs)",
+    ]
+    error = (
+        f"error: checkpoints 12, 8 in {run / 'checkpoints'} are all damaged (above); none deleted"
+    )
+    assert output.count(error) == 1, output
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["12", "8"]  # none deleted
+
+
+def test_damaged_out_shows_a_flipped_bit_passed_over_and_an_error_when_nothing_is_intact():
+    # What the resuming page quotes; the tests above check the same behaviour live.
+    flipped = DAMAGED["flipped"]
+    assert "exit status 0 - run/checkpoints: ['4', '8']" in flipped
+    assert logged_lines(flipped, "new in run/log.txt, without the losses:") == [
+        "checkpoint 8 is damaged: state/ocdbt.process_1/d/<name> has changed since it was saved"
+        " (its SHA-256 differs)",
+        "deleting checkpoint 8; restoring checkpoint 4 instead",
+        "resuming after step 4",
+        f"state bytes on device 0: 9680 of {STATE_BYTES}",
+        *(f"final state {state}" for state in final_state(TRAIN["train"])),  # 12 steps, unbroken
+    ]
+    assert flipped.endswith("exit status 0 - run/checkpoints: ['12', '8']\n")
+    nothing = DAMAGED["nothing_intact"]
+    assert logged_lines(nothing, "new in run/log.txt:") == [
+        "checkpoint 12 is damaged: data/process_1-of-2.json has 11 bytes, 24 when saved",
+        "checkpoint 8 is damaged: state/ocdbt.process_1/d/<name> has changed since it was saved"
+        " (its SHA-256 differs)",
+    ]
+    error = (
+        "[rank 0] error: checkpoints 12, 8 in run/checkpoints are all damaged (above); none deleted"
+    )
+    assert nothing.count("error") == 1 and error in nothing
+    assert nothing.endswith("exit status 1 - run/checkpoints: ['12', '8']\n")
 
 
 def test_one_process_restores_the_two_process_checkpoint_tensor_parallel():

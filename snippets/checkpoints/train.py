@@ -4,9 +4,12 @@ The MLP of the model-sharding chapter with its parameters and optimizer state fu
 (FSDP) over the 8 devices of 2 processes, trained on a synthetic 10-class task that Grain
 reads, shuffles per epoch and splits between the processes. Every 4 steps each process
 saves its own shards and its data iterator's position into one asynchronous Orbax
-checkpoint; the last 2 are kept. Started again with the same `--workdir`, it resumes from
-the latest complete checkpoint. `--crash-in-step N` makes process 1 kill itself in the middle
-of step N, and `--crash-in-save N` while step N is being saved. Run it with the site's launcher:
+checkpoint; the last 2 are kept, each with the size and SHA-256 of every file, which
+process 0 records once the checkpoint is complete. Started again with the same `--workdir`,
+it resumes from the latest checkpoint whose files are as saved, after deleting any newer,
+damaged one; if none is intact, every process stops with one error. `--crash-in-step N`
+makes process 1 kill itself in the middle of step N, and `--crash-in-save N` while step N is
+being saved. Run it with the site's launcher:
 
     python -m jaxpar.launch --nproc 2 --devices-per-process 4 train.py --workdir run
 """
@@ -29,6 +32,7 @@ import hashlib
 import json
 import os
 import signal
+import sys
 import tempfile
 from pathlib import Path
 
@@ -195,14 +199,88 @@ options = ocp.CheckpointManagerOptions(
     preservation_policy=ocp.checkpoint_managers.LatestN(2),  # keep the last 2
 )
 # Every process opens the same folder (on a cluster: shared storage, such as a bucket).
-manager = ocp.CheckpointManager(args.workdir.absolute() / "checkpoints", options=options)
+checkpoints = args.workdir.absolute() / "checkpoints"
+manager = ocp.CheckpointManager(checkpoints, options=options)
 # --8<-- [end:manager]
 
+
+# --8<-- [start:digests]
+def sha256(path: Path) -> str:
+    with open(path, "rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
+
+
+def record_digests(event: str, duration: float, **kwargs) -> None:
+    """When process 0 has finished a step (renamed N.orbax-checkpoint-tmp to N), which Orbax
+    reports to jax.monitoring: write the size and SHA-256 of each of its files into it."""
+    if event != "/jax/orbax/write/background_finalize_secs":
+        return
+    folder = checkpoints / str(max(int(p.name) for p in checkpoints.iterdir() if p.name.isdigit()))
+    files = sorted(path for path in folder.rglob("*") if path.is_file())
+    record = {
+        path.relative_to(folder).as_posix(): {"bytes": path.stat().st_size, "sha256": sha256(path)}
+        for path in files
+    }
+    (folder / "sha256.json").write_text(json.dumps(record, indent=1))
+
+
+if process == 0:  # called in Orbax's background thread: saves stay asynchronous
+    jax.monitoring.register_event_duration_secs_listener(record_digests)
+# --8<-- [end:digests]
+
+
+# --8<-- [start:check]
+def damage(step: int) -> str | None:
+    """What differs in a checkpoint's files from its sha256.json, or None if nothing does."""
+    folder = checkpoints / str(step)
+    try:  # without a record (a crash right after the rename), nothing can be checked
+        record = json.loads((folder / "sha256.json").read_text())
+    except (OSError, ValueError) as error:
+        return f"its sha256.json cannot be read ({type(error).__name__})"
+    for name, saved in record.items():
+        try:
+            size, digest = (folder / name).stat().st_size, sha256(folder / name)
+        except OSError as error:
+            return f"{name} cannot be read ({type(error).__name__})"
+        if size != saved["bytes"]:
+            return f"{name} has {size} bytes, {saved['bytes']} when saved"
+        if digest != saved["sha256"]:
+            return f"{name} has changed since it was saved (its SHA-256 differs)"
+    return None
+
+
+def choose_step() -> tuple[int, list[str]]:
+    """Process 0: the newest checkpoint whose files are as saved (0 if none was saved, -1 if
+    every one is damaged), and what is wrong with each newer one."""
+    damaged = []
+    for step in sorted(manager.all_steps(), reverse=True):
+        problem = damage(step)
+        if problem is None:
+            return step, damaged
+        damaged.append(f"checkpoint {step} is damaged: {problem}")
+    return (-1 if damaged else 0), damaged
+
+
+# --8<-- [end:check]
+
 # --8<-- [start:restore_or_start]
-start = manager.latest_step()  # the latest complete checkpoint, or None
+# Process 0 checks the files and chooses; every process then restores that step. (A restore
+# that fails in one process would leave the others waiting for it in a barrier.)
+chosen, damaged = choose_step() if process == 0 else (0, [])
+start = int(multihost_utils.broadcast_one_to_all(np.int32(chosen)))
+for line in damaged:
+    log(line)
+if start < 0:  # every process stops here, and none restores
+    steps = ", ".join(map(str, reversed(manager.all_steps())))
+    error = f"error: checkpoints {steps} in {checkpoints} are all damaged (above); none deleted"
+    sys.exit(error if process == 0 else 1)
+for step in manager.all_steps():
+    if step > start:  # damaged: delete it, as Orbax saves no step up to its latest one
+        log(f"deleting checkpoint {step}; restoring checkpoint {start} instead")
+        manager.delete(step)
 with jax.set_mesh(mesh):
-    if start is None:
-        start, state = 0, create_state()
+    if start == 0:
+        state = create_state()
         log("no checkpoint: starting from step 0")
     else:
         restored = manager.restore(
@@ -262,9 +340,10 @@ manager.wait_until_finished()  # the last save, written in the background, is co
 # --8<-- [start:written]
 log("checkpoints kept:", manager.all_steps())
 step_folder = args.workdir / "checkpoints" / str(manager.latest_step())
-log(f"files of checkpoint {manager.latest_step()}, besides the data files in d/ folders:")
+log(f"files Orbax wrote for checkpoint {manager.latest_step()}, besides the data in d/ folders:")
 for path in sorted(step_folder.rglob("*")):
-    if path.is_file() and path.parent.name != "d":  # d/: data files, random names
+    # d/: data files, random names; sha256.json: train.py's own (the last page)
+    if path.is_file() and path.parent.name != "d" and path.name != "sha256.json":
         log(" ", path.relative_to(step_folder).as_posix())
 for rank in range(processes):
     position = json.loads((step_folder / f"data/process_{rank}-of-{processes}.json").read_text())
