@@ -9,14 +9,18 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 from sitetools import REPO
 from sitetools.snippets import RUN_ENVIRONMENT, read_sections, tolerances
+
+from jaxpar.launch import EXIT_TERMINATED, TERM_GRACE_SECONDS
 
 SNIPPETS = REPO / "snippets" / "checkpoints"
 TRAIN = read_sections((SNIPPETS / "train.out").read_text(encoding="utf-8"))
@@ -486,3 +490,32 @@ def test_the_resuming_page_states_the_tolerance_its_logs_are_checked_with():
     recorded = losses(RESUME["crash"])[10]
     assert f"(1.7237179 for {recorded})" in page
     assert 0 < abs(1.7237179 - float(recorded)) <= declared["crash"]
+
+
+def test_a_schedulers_sigterm_saves_a_checkpoint_and_the_run_resumes_from_it(tmp_path):
+    """SIGTERM to the launcher, as SLURM or Kubernetes sends before ending a job: the
+    launcher passes it on, JAX agrees on a step, every process saves it, and train.py
+    exits within the launcher's grace period; started again, it resumes from that step."""
+    workdir = tmp_path / "run"
+    launcher = subprocess.Popen(
+        [*TRAIN_PY, "--workdir", str(workdir), "--steps", "100000"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, **RUN_ENVIRONMENT},
+    )  # fmt: skip
+    log = workdir / "log.txt"
+    deadline = time.monotonic() + 90
+    while (
+        "step  4 " not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline
+    ):
+        time.sleep(0.1)
+    launcher.send_signal(signal.SIGTERM)
+    noticed = time.monotonic()
+    output, _ = launcher.communicate(timeout=120)
+    assert launcher.returncode == EXIT_TERMINATED, output
+    assert time.monotonic() - noticed < TERM_GRACE_SECONDS, output
+    saved = re.findall(r"preemption notice: checkpoint (\d+) saved; exiting", log.read_text())
+    assert len(saved) == 1, output
+    step = int(saved[0])
+    assert (workdir / "checkpoints" / str(step) / "sha256.json").exists()
+    status, output, logged = train(workdir, step + 2)
+    assert status == 0 and f"resuming after step {step}" in logged, output

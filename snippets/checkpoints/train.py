@@ -194,9 +194,15 @@ def train_step(state, x, y):
 
 # %% checkpoints
 # --8<-- [start:manager]
+policies = ocp.checkpoint_managers
 options = ocp.CheckpointManagerOptions(
-    save_decision_policy=ocp.checkpoint_managers.FixedIntervalPolicy(4),  # every 4 steps
-    preservation_policy=ocp.checkpoint_managers.LatestN(2),  # keep the last 2
+    save_decision_policy=policies.AnySavePolicy(
+        [
+            policies.FixedIntervalPolicy(4),  # every 4 steps
+            policies.PreemptionCheckpointingPolicy(),  # and when the scheduler sends SIGTERM
+        ]
+    ),
+    preservation_policy=policies.LatestN(2),  # keep the last 2
 )
 # Every process opens the same folder (on a cluster: shared storage, such as a bucket).
 checkpoints = args.workdir.absolute() / "checkpoints"
@@ -333,6 +339,12 @@ with jax.set_mesh(mesh):
                 data=grain.checkpoint.CheckpointSave(batches),  # each process its position
             ),
         )
+        # After a SIGTERM to any process, JAX agrees on a step at which every process
+        # saves (above); then leave before the scheduler's grace period runs out.
+        if manager.reached_preemption(step):
+            manager.wait_until_finished()
+            log(f"preemption notice: checkpoint {step} saved; exiting")
+            raise SystemExit
 manager.wait_until_finished()  # the last save, written in the background, is complete
 # --8<-- [end:train]
 
