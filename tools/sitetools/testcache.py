@@ -386,6 +386,12 @@ NARROWER: dict[tuple[str, str], Callable[[dict[str, object]], tuple[str, ...]]] 
     ("test_tooling.py", "test_mkdocs_serve_serves_every_language"): lambda _: SMALL_COPY,
     ("test_launch.py", ""): _test_module("test_launch.py"),
     ("test_launch_jax.py", ""): _test_module("test_launch_jax.py"),
+    # it uses the helpers of the two modules above
+    ("test_launch_faults.py", ""): lambda params: (
+        *_test_module("test_launch_faults.py")(params),
+        "tests/test_launch.py",
+        "tests/test_launch_jax.py",
+    ),
     ("test_jaxpar.py", ""): _test_module("test_jaxpar.py"),
     ("test_meshes.py", ""): _test_module("test_meshes.py"),
     ("test_data.py", ""): _test_module("test_data.py"),
