@@ -4,13 +4,11 @@ the fault that once broke it."""
 
 from __future__ import annotations
 
-import resource
 import signal
 import subprocess
 import sys
 import textwrap
 import time
-from functools import partial
 from pathlib import Path
 
 import pytest
@@ -258,12 +256,16 @@ def test_bad_settings_are_refused_with_the_fix(tmp_path, args, message):
 
 def test_too_many_processes_for_the_open_files_limit_says_ulimit(tmp_path):
     job = script(tmp_path, "print('hi')")
-    limit = partial(resource.setrlimit, resource.RLIMIT_NOFILE, (64, 64))
+    # the launcher under a limit of 64 open files (set in its own process: no fork here)
+    limited = (
+        "import resource, runpy, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64)); "
+        "sys.argv = ['jaxpar.launch', *sys.argv[1:]]; "
+        "runpy.run_module('jaxpar.launch', run_name='__main__')"
+    )
     result = subprocess.run(
-        [sys.executable, "-m", "jaxpar.launch", "--nproc", "50", str(job)],
+        [sys.executable, "-c", limited, "--nproc", "50", str(job)],
         capture_output=True,
         text=True,
-        preexec_fn=limit,
         timeout=60,
     )
     assert result.returncode == 2, result.stdout + result.stderr

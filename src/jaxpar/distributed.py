@@ -45,15 +45,6 @@ def initialize_distributed(**options: Any) -> None:
         RuntimeError: the call came too late: JAX had already initialised its devices
             (``jax.devices()``, an array or a computation came first).
     """
-    if _devices_initialised():
-        raise RuntimeError(
-            "initialize_distributed() came too late: JAX has already initialised its "
-            "devices in this process (something called jax.devices(), created an array or "
-            "ran a computation first), and jax.distributed.initialize() must come before "
-            "that, so that the devices of every process join one system. Call "
-            "initialize_distributed() first, right after `import jax`, before any other "
-            "JAX call."
-        )
     if launched():
         taken = sorted(set(options) & set(LAUNCHER_SETTINGS))
         if taken:
@@ -62,6 +53,7 @@ def initialize_distributed(**options: Any) -> None:
                 f"jaxpar.launch sets for each process; leave {'it' if len(taken) == 1 else 'them'} "
                 f"out (use --nproc and --port to change them)."
             )
+        _check_not_too_late()
         options.setdefault("initialization_timeout", int(os.environ.get(ENV_INIT_TIMEOUT, "60")))
         jax.distributed.initialize(
             coordinator_address=os.environ[ENV_COORDINATOR],
@@ -70,6 +62,7 @@ def initialize_distributed(**options: Any) -> None:
             **options,
         )
         return
+    _check_not_too_late()
     try:
         jax.distributed.initialize(**options)
     except ValueError as error:
@@ -80,6 +73,19 @@ def initialize_distributed(**options: Any) -> None:
             f"`python -m jaxpar.launch --nproc 2 --devices-per-process 4 SCRIPT` on one "
             f"machine, or on a cluster whose scheduler JAX detects (SLURM, TPU, Open MPI)."
         ) from error
+
+
+def _check_not_too_late() -> None:
+    """Refuse the call once JAX has initialised its devices: it must come before."""
+    if _devices_initialised():
+        raise RuntimeError(
+            "initialize_distributed() came too late: JAX has already initialised its "
+            "devices in this process (something called jax.devices(), created an array or "
+            "ran a computation first), and jax.distributed.initialize() must come before "
+            "that, so that the devices of every process join one system. Call "
+            "initialize_distributed() first, right after `import jax`, before any other "
+            "JAX call."
+        )
 
 
 def _devices_initialised() -> bool:
