@@ -243,3 +243,61 @@ def test_ranks_end_when_the_launcher_is_killed(tmp_path):
     while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert len(pids) == 4 and not any(alive(pid) for pid in pids)
+
+
+SHOW_GPUS = """
+    import os
+    print(os.environ["JAXPAR_PROCESS_ID"], os.environ.get("JAX_LOCAL_DEVICE_IDS"))
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "shares"),
+    [
+        (["--nproc", "4"], ["0", "1", "2", "3"]),  # one GPU each, as torchrun gives
+        (["--nproc", "2"], ["0,1", "2,3"]),
+        (["--nproc", "1"], ["0,1,2,3"]),  # JAX's usual layout: one process, all GPUs
+        (["--nproc", "2", "--gpus-per-process", "1"], ["0", "1"]),
+        (["--nproc", "2", "--devices-per-process", "2"], ["None", "None"]),  # simulated CPUs
+    ],
+)
+def test_on_a_machine_with_gpus_each_rank_is_given_its_share(tmp_path, monkeypatch, args, shares):
+    """No GPU here: CUDA_VISIBLE_DEVICES makes the launcher see 4, and each rank prints the
+    JAX_LOCAL_DEVICE_IDS that jax.distributed.initialize would restrict it to."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    job = script(tmp_path, SHOW_GPUS)
+    result = launch(*args, str(job))
+    assert result.returncode == 0, result.stderr
+    told = dict(line.split("] ", 1)[1].split() for line in result.stdout.splitlines())
+    assert [told[str(rank)] for rank in range(len(shares))] == shares
+
+
+@pytest.mark.parametrize(
+    ("visible", "args", "message"),
+    [
+        (
+            "0,1,2,3",
+            ["--nproc", "3"],
+            "3 processes cannot share the 4 visible GPUs evenly; start 4",
+        ),
+        ("0,1,2,3", ["--nproc", "2", "--gpus-per-process", "3"], "with --gpus-per-process 3"),
+        ("", ["--nproc", "2", "--gpus-per-process", "1"], "but no NVIDIA GPU is visible"),
+        (
+            "0,1",
+            ["--nproc", "2", "--gpus-per-process", "1", "--devices-per-process", "2"],
+            "--gpus-per-process and --devices-per-process exclude each other",
+        ),
+        (
+            "0,1",
+            ["--nproc", "2", "--gpus-per-process", "0"],
+            "--gpus-per-process must be at least 1",
+        ),
+    ],
+)
+def test_gpus_that_do_not_split_are_refused_with_the_fix(
+    tmp_path, monkeypatch, visible, args, message
+):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    job = script(tmp_path, SHOW_GPUS)
+    result = launch(*args, str(job))
+    assert result.returncode == 2 and message in result.stderr, result.stderr

@@ -1,8 +1,12 @@
 """``python -m jaxpar.launch``: run a script in several local processes, like ``torchrun``.
 
 Each process gets its rank, the process count and the coordinator address (127.0.0.1 on a
-free port) in its environment, and a chosen number of simulated CPU devices; inside the
-script, :func:`jaxpar.initialize_distributed` reads them. Every line a process prints is
+free port) in its environment, and either a chosen number of simulated CPU devices
+(``--devices-per-process``) or, on a machine with NVIDIA GPUs, its share of them in
+``JAX_LOCAL_DEVICE_IDS``: the visible GPUs split evenly, one each when ``--nproc`` is their
+number (as torchrun's workers each take the GPU of their ``LOCAL_RANK``), or
+``--gpus-per-process`` each. Without that, every process would claim every GPU. Inside
+the script, :func:`jaxpar.initialize_distributed` reads all of it. Every line a process prints is
 prefixed with its rank, on the launcher's standard output or error as the process wrote
 it.
 
@@ -83,6 +87,7 @@ class LaunchConfig:
     timeout: float | None = None
     init_timeout: int = 60
     term_grace: float = TERM_GRACE_SECONDS
+    gpus_per_process: int | None = None
 
 
 def free_port() -> int:
@@ -106,6 +111,52 @@ def check_port(port: int) -> None:
             ) from None
 
 
+def visible_gpus() -> int:
+    """How many NVIDIA GPUs this process can use: those ``CUDA_VISIBLE_DEVICES`` lists if it
+    is set, else those the driver lists in ``/proc/driver/nvidia/gpus``."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return len([gpu for gpu in listed.split(",") if gpu.strip()])
+    folder = Path("/proc/driver/nvidia/gpus")
+    return len(list(folder.iterdir())) if folder.is_dir() else 0
+
+
+def gpu_shares(config: LaunchConfig, gpus: int) -> list[list[int]] | None:
+    """The GPUs each rank is given (indices among the visible ones), or None where the
+    ranks run on simulated CPU devices or the machine has no GPU."""
+    if config.devices_per_process is not None or gpus == 0:
+        if config.gpus_per_process is not None and config.devices_per_process is not None:
+            raise LaunchError(
+                "--gpus-per-process and --devices-per-process exclude each other: the first "
+                "gives each rank GPUs, the second simulated CPU devices; keep one."
+            )
+        if config.gpus_per_process is not None:
+            raise LaunchError(
+                f"--gpus-per-process {config.gpus_per_process}, but no NVIDIA GPU is visible "
+                f"(CUDA_VISIBLE_DEVICES, /proc/driver/nvidia/gpus); leave it out, or use "
+                f"--devices-per-process to simulate devices on the CPU."
+            )
+        return None
+    each = config.gpus_per_process or gpus // config.nproc
+    if (
+        each < 1
+        or each * config.nproc > gpus
+        or (not config.gpus_per_process and gpus % config.nproc)
+    ):
+        raise LaunchError(
+            f"{config.nproc} processes cannot share the {gpus} visible GPUs evenly"
+            + (
+                f" with --gpus-per-process {config.gpus_per_process}"
+                if config.gpus_per_process
+                else ""
+            )
+            + f"; start {gpus} (one GPU each, as torchrun does) or a divisor of {gpus}, or "
+            f"give each process some with --gpus-per-process. (JAX's usual layout is one "
+            f"process per machine owning all its GPUs: --nproc 1.)"
+        )
+    return [list(range(rank * each, (rank + 1) * each)) for rank in range(config.nproc)]
+
+
 def process_environment(config: LaunchConfig, rank: int, port: int) -> dict[str, str]:
     """The environment of process ``rank``: the parent's, plus what it needs to connect."""
     env = dict(os.environ)
@@ -121,6 +172,9 @@ def process_environment(config: LaunchConfig, rank: int, port: int) -> dict[str,
     if config.devices_per_process is not None:
         env["JAX_NUM_CPU_DEVICES"] = str(config.devices_per_process)
         env["JAX_PLATFORMS"] = "cpu"
+    shares = gpu_shares(config, visible_gpus())
+    if shares is not None:  # jax.distributed.initialize restricts the rank to these
+        env["JAX_LOCAL_DEVICE_IDS"] = ",".join(map(str, shares[rank]))
     return env
 
 
@@ -494,6 +548,9 @@ def check_config(config: LaunchConfig) -> None:
         )
     if config.port is not None:
         check_port(config.port)
+    if config.gpus_per_process is not None and config.gpus_per_process < 1:
+        raise LaunchError(f"--gpus-per-process must be at least 1, got {config.gpus_per_process}.")
+    gpu_shares(config, visible_gpus())  # raises if the GPUs do not split
     if config.timeout is not None and not (math.isfinite(config.timeout) and config.timeout > 0):
         raise LaunchError(
             f"--timeout must be a number of seconds greater than 0, got {config.timeout}; "
@@ -551,6 +608,14 @@ def parse_args(argv: Sequence[str] | None = None) -> LaunchConfig:
         help="simulated CPU devices in each process",
     )
     parser.add_argument(
+        "--gpus-per-process",
+        type=int,
+        default=None,
+        help="NVIDIA GPUs each process is given (JAX_LOCAL_DEVICE_IDS). By default, on a "
+        "machine with GPUs, the visible GPUs are split evenly: with --nproc equal to their "
+        "number, one each, as torchrun's LOCAL_RANK convention gives",
+    )
+    parser.add_argument(
         "--port", type=int, default=None, help="coordinator port (default: a free one)"
     )
     parser.add_argument(
@@ -581,6 +646,7 @@ def parse_args(argv: Sequence[str] | None = None) -> LaunchConfig:
         timeout=ns.timeout,
         init_timeout=ns.init_timeout,
         term_grace=ns.term_grace,
+        gpus_per_process=ns.gpus_per_process,
     )
 
 
