@@ -206,6 +206,43 @@ def test_search_finds_pages_of_its_own_language_only(page, base_url, code):
     assert any(expected in link for link in links), links
 
 
+def check_line_breaking(page, code: str) -> None:
+    """Korean lines break between words, never inside one (스/크립트를); Chinese and English
+    as the browser breaks them. On a phone's width, no line of the page's longest Korean
+    paragraph ends between two Hangul syllables."""
+    style = page.evaluate("getComputedStyle(document.querySelector('.md-typeset p')).wordBreak")
+    assert style == ("keep-all" if code == "ko" else "normal"), style
+    if code != "ko":
+        return
+    page.set_viewport_size({"width": 390, "height": 844})
+    ends = page.evaluate(
+        """() => {
+            const p = [...document.querySelectorAll('.md-typeset > p')]
+                .sort((a, b) => b.textContent.length - a.textContent.length)[0];
+            const walker = document.createTreeWalker(p, NodeFilter.SHOW_TEXT), ends = [];
+            let top = null;
+            for (let text = walker.nextNode(); text; text = walker.nextNode()) {
+                for (let i = 0; i < text.length; i++) {
+                    const range = document.createRange();
+                    range.setStart(text, i); range.setEnd(text, i + 1);
+                    const rect = range.getBoundingClientRect();
+                    if (top !== null && rect.top > top + 1 && i > 0)
+                        ends.push(text.data[i - 1] + text.data[i]);
+                    top = rect.top;
+                }
+            }
+            return ends;
+        }"""
+    )
+    page.set_viewport_size({"width": 1280, "height": 800})
+
+    def hangul(char: str) -> bool:
+        return "\uac00" <= char <= "\ud7a3"
+
+    inside_words = [pair for pair in ends if hangul(pair[0]) and hangul(pair[1])]
+    assert ends and not inside_words, inside_words
+
+
 def check_copy_button(page) -> None:
     """The tutorial's first copy button copies exactly its snippet section."""
     page.hover("pre >> nth=0")  # the copy button shows on hover
@@ -295,6 +332,7 @@ def test_page_loads_cleanly_and_accessibly(page, base_url, site, code, kind):
             f"{v['id']} ({v['impact']}): {v['help']} x{len(v['nodes'])}" for v in serious
         )
     if kind == "tutorial":
+        check_line_breaking(page, code)
         check_copy_button(page)
         check_language_switcher(page, base_url, code, TUTORIAL)
     assert page.errors == []
