@@ -181,12 +181,14 @@ def sitemap_at(route, site: Path, base_url: str) -> None:
 
 
 def check_language_switcher(page, base_url: str, code: str, path: str) -> None:
-    """The switcher leads to the same page in the next language round the circle (test_site
-    checks every switcher link of every page without a browser)."""
+    """The switcher leads to the same page and section in the next language round the
+    circle (test_site checks every switcher link of every page without a browser)."""
     target = LANGUAGES[(LANGUAGES.index(code) + 1) % len(LANGUAGES)]
+    section = page.evaluate("document.querySelector('.md-content h2[id]').id")
+    page.evaluate(f"location.hash = '#{section}'")
     page.hover(".md-header__option .md-select")
     page.click(f'.md-select__link[hreflang="{TAGS[target]}"]')
-    page.wait_for_url(base_url + prefix(target) + path)
+    page.wait_for_url(base_url + prefix(target) + path + f"#{section}")
     assert page.evaluate("document.documentElement.lang") == TAGS[target]
 
 
