@@ -407,3 +407,14 @@ def test_missing_includes_and_broken_anchors_fail_the_build_naming_page_and_path
     assert "a link 'glossary.md#no-such-anchor', but there is no such anchor" in output
     failed = re.search(r"the build of (.+) failed", output)
     assert failed and set(failed[1].split(", ")) == {"zh", "ko", "zh-hant"}, output
+
+
+def test_no_page_shows_a_docstrings_sphinx_role_as_text(site):
+    """``:func:`summarise``` in a docstring is a link on the API pages (sitetools.roles),
+    in every language, never the role's text."""
+    shown = [
+        str(page.relative_to(site))
+        for page in site.rglob("*.html")
+        if re.search(r":(?:func|class|meth|attr|data|mod|obj):<code>", page.read_text("utf-8"))
+    ]
+    assert not shown, shown

@@ -17,6 +17,7 @@ from sitetools import (
     mathml,
     nbhtml,
     notebooks,
+    roles,
     serving,
     status,
     stylesheets,
@@ -88,6 +89,7 @@ def on_page_content(html, page, config, files):
         raise PluginError(str(error)) from None
     if language.converted_from:  # diagrams are drawn from the 简体中文 text, labels and all
         html = hant.convert_drawings(html)
+    html = roles.with_links(html, page.url)  # the docstrings' :func:`name` on API pages
     return codeblocks.excluded_from_search(html)
 
 
