@@ -123,11 +123,11 @@ def test_two_hosts_send_only_a_gradient_shard_across():
     assert round(across / 1e6) == 2 and round(total / 1e6) == 32  # "2 MB of the 32 MB"
 
 
-def test_attention_scores_and_probabilities_materialise_on_gpu_and_cpu_reports_none():
+def test_attention_scores_and_probabilities_materialise_on_gpu_and_on_cpu_without_ynn():
     temporaries = dict(re.findall(r"(\S+) +temporaries +([\d.]+) MB", OUT["attention"]))
     scores = float(re.search(r"the scores take ([\d.]+) MB", OUT["attention"])[1])
     assert float(temporaries["h100-8"]) == round(2 * scores, 1)  # scores and probabilities
-    assert float(temporaries["cpu"]) == 0.0
+    assert float(temporaries["cpu"]) > float(temporaries["h100-8"])  # library fusions off
 
 
 def test_the_scheduler_turns_off_the_reduce_scatters_overlap():
