@@ -285,6 +285,17 @@ def test_replicate_takes_scalars_and_arrays_already_on_a_device():
     np.testing.assert_array_equal(tree["w"].addressable_shards[7].data, np.arange(4.0))
 
 
+def launched(script, devices_per_process: int) -> subprocess.CompletedProcess:
+    """Run ``script`` in 2 processes under the launcher, as a reader would."""
+    return subprocess.run(
+        [sys.executable, "-m", "jaxpar.launch", "--nproc", "2"]
+        + ["--devices-per-process", str(devices_per_process), str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 class TestSeveralProcesses:
     """What changes with ``jax.process_count() > 1``, as far as one process can see it."""
 
@@ -365,13 +376,7 @@ class TestSeveralProcesses:
             "print('\\n'.join(lines), flush=True)\n",
             encoding="utf-8",
         )
-        done = subprocess.run(
-            [sys.executable, "-m", "jaxpar.launch", "--nproc", "2", "--devices-per-process", "2"]
-            + [str(script)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        done = launched(script, devices_per_process=2)
         assert done.returncode == 0, done.stderr
         assert (
             "[rank 0] (12,) [0, 1, 2, 3, 4, 0, 10, 11, 12, 13, 14, 0] "
@@ -419,13 +424,7 @@ class TestSeveralProcesses:
             "print('\\n'.join(lines), flush=True)\n",
             encoding="utf-8",
         )
-        done = subprocess.run(
-            [sys.executable, "-m", "jaxpar.launch", "--nproc", "2", "--devices-per-process", "4"]
-            + [str(script)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        done = launched(script, devices_per_process=4)
         assert done.returncode == 0, done.stdout + done.stderr
         for rank in (0, 1):
             lines = [
