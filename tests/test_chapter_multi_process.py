@@ -58,25 +58,3 @@ def test_initialisation_waits_300_s_by_default_and_60_s_under_the_launcher():
     timeout = inspect.signature(jax.distributed.initialize).parameters["initialization_timeout"]
     assert timeout.default == 300
     assert parse_args(["--nproc", "2", "train.py"]).init_timeout == 60
-
-
-# Under SLURM (slurm.py starts slurm_task.py as srun would, with SLURM's variables).
-SLURM = read_sections((REPO / "snippets/multi_process/slurm.out").read_text(encoding="utf-8"))
-
-
-def gpus_per_task(cell: str) -> list[str]:
-    return re.findall(r"task \d of 2: GPUs (\S+)", SLURM[cell])
-
-
-def test_under_slurm_one_task_per_node_is_pinned_to_gpu_0_unless_told_otherwise():
-    assert gpus_per_task("one_per_node") == ["0", "0"]  # review N1: 7 of 8 GPUs idle
-    assert gpus_per_task("fixed") == ["0,1,2,3,4,5,6,7"] * 2
-    assert gpus_per_task("one_per_gpu") == ["0", "1"]
-    task = (REPO / "snippets/multi_process/slurm_task.out").read_text(encoding="utf-8")
-    assert task.strip() in SLURM["one_per_node"]  # the task's own recording: one of these
-
-
-def test_the_page_states_what_slurm_out_shows():
-    page = (REPO / "docs/en/beyond-one-process/multi-process.md").read_text(encoding="utf-8")
-    assert "slurm.out:one_per_node" in page and "slurm.out:fixed" in page
-    assert "JAX_LOCAL_DEVICE_IDS=0,1,2,3,4,5,6,7" in page
