@@ -17,6 +17,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from jaxpar.barriers import BarrierTimeoutError, barrier
     from jaxpar.batching import ShardedBatch, UnevenBatchError, replicate, shard_batch, split_batch
     from jaxpar.compiled import Collective, CompiledSummary, find_collectives, summarise
     from jaxpar.data import (
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
         timeline_svg,
         top_operations,
     )
+    from jaxpar.programs import ProgramMismatchError, check_same_program
     from jaxpar.targets import (
         TARGETS,
         CompilerNotInstalledError,
@@ -60,6 +62,8 @@ if TYPE_CHECKING:
     from jaxpar.timing import Timing, benchmark
 
 _MODULE_OF = {
+    "BarrierTimeoutError": "jaxpar.barriers",
+    "barrier": "jaxpar.barriers",
     "ShardedBatch": "jaxpar.batching",
     "UnevenBatchError": "jaxpar.batching",
     "replicate": "jaxpar.batching",
@@ -89,6 +93,8 @@ _MODULE_OF = {
     "check_spec": "jaxpar.meshes",
     "make_mesh": "jaxpar.meshes",
     "named_sharding": "jaxpar.meshes",
+    "ProgramMismatchError": "jaxpar.programs",
+    "check_same_program": "jaxpar.programs",
     "Operation": "jaxpar.profiles",
     "OperationTotal": "jaxpar.profiles",
     "Trace": "jaxpar.profiles",
@@ -108,6 +114,7 @@ _MODULE_OF = {
 }
 
 __all__ = [
+    "BarrierTimeoutError",
     "Block",
     "ChecksumMismatchError",
     "Collective",
@@ -122,6 +129,7 @@ __all__ = [
     "NotLaunchedError",
     "Operation",
     "OperationTotal",
+    "ProgramMismatchError",
     "ShardedBatch",
     "ShardingDiagram",
     "TARGETS",
@@ -130,7 +138,9 @@ __all__ = [
     "Trace",
     "TraceStep",
     "UnevenBatchError",
+    "barrier",
     "benchmark",
+    "check_same_program",
     "check_spec",
     "compile_for",
     "find_collectives",

@@ -417,4 +417,9 @@ NARROWER: dict[tuple[str, str], Callable[[dict[str, object]], tuple[str, ...]]] 
         *jaxpar_inputs(p.read_text(encoding="utf-8") for p in CHECKPOINTS.glob("*.py")),
     ),
     ("test_snippet_runner.py", ""): lambda _: (*JAXPAR, *SNIPPET_RUNNER),
+    ("test_chapter_cluster_stuck.py", ""): lambda params: (
+        *_test_module("test_chapter_cluster_stuck.py")(params),
+        "snippets/cluster/stuck_*",
+        "docs/en/cluster/stuck-ranks.md",
+    ),
 }

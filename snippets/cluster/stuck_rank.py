@@ -1,0 +1,87 @@
+"""A rank that is alive but stuck, and ranks that run different programs: what happens, and jaxpar's checks.
+
+Runs `stuck_task.py` (beside it) under `python -m jaxpar.launch --nproc 2` once per case,
+all at the same time, and prints what each rank wrote, rank by rank: the launcher
+interleaves the ranks' lines as they come. Stack dumps keep only the frames of
+`stuck_task.py` (a real dump also shows JAX's, the runner's and every other thread's), and
+tracebacks the script's lines.
+"""
+
+import jax
+
+jax.config.update("jax_num_cpu_devices", 8)
+
+# %% launch
+# --8<-- [start:launch]
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+# stuck_task.py lies next to this file (in a notebook: in the current folder).
+TASK = Path(globals().get("__file__", "stuck_task.py")).resolve().parent / "stuck_task.py"
+
+
+def launch(case: str, timeout: int) -> subprocess.Popen:
+    """Start `python -m jaxpar.launch --nproc 2 ... stuck_task.py CASE`, as a reader would."""
+    command = [sys.executable, "-m", "jaxpar.launch", "--nproc", "2"]
+    command += ["--devices-per-process", "1", "--timeout", str(timeout), TASK.name, case]
+    return subprocess.Popen(command, cwd=TASK.parent, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+
+
+def show(run: subprocess.Popen) -> None:
+    """Print the run's exit status, then each rank's lines, then the launcher's."""
+    output, _ = run.communicate(timeout=120)
+    print(f"exit status {run.returncode}")
+    by_rank: dict[str, list[str]] = {}
+    keep_source = False
+    for line in output.splitlines():
+        if "Gloo" in line or "connected peer ranks" in line:
+            continue
+        who, _, text = line.partition("] ")
+        if text.startswith("  File "):  # a frame: only the script's own
+            keep_source = TASK.name in text
+            if keep_source:
+                by_rank.setdefault(who + "]", []).append(text)
+            continue
+        if text.startswith("    ") or not text.strip() or re.match(r"(Current t|T)hread 0x", text):
+            if keep_source and text.strip() and not set(text.strip()) <= set("^~"):
+                by_rank[who + "]"].append(text)  # the source line of the script's frame
+            continue
+        keep_source = False
+        by_rank.setdefault(who + "]", []).append(text)
+    for who in sorted(by_rank, key=lambda who: (who == "[launch]", who)):  # the launcher's last
+        for text in by_rank[who]:
+            print(f"{who} {text}")
+
+
+# Every case at once: each mostly waits.
+runs = {case: launch(case, timeout=12) for case in ("hang", "barrier")}
+runs |= {case: launch(case, timeout=60) for case in ("names", "uneven", "checked")}
+# --8<-- [end:launch]
+
+# %% hang
+# --8<-- [start:hang]
+show(runs["hang"])
+# --8<-- [end:hang]
+
+# %% barrier
+# --8<-- [start:barrier]
+show(runs["barrier"])
+# --8<-- [end:barrier]
+
+# %% names
+# --8<-- [start:names]
+show(runs["names"])
+# --8<-- [end:names]
+
+# %% uneven
+# --8<-- [start:uneven]
+show(runs["uneven"])
+# --8<-- [end:uneven]
+
+# %% checked
+# --8<-- [start:checked]
+show(runs["checked"])
+# --8<-- [end:checked]
