@@ -20,7 +20,7 @@ import pytest
 from sitetools import REPO
 from sitetools.snippets import RUN_ENVIRONMENT, read_sections, tolerances
 
-from jaxpar.launch import EXIT_TERMINATED, TERM_GRACE_SECONDS
+from jaxpar.launch import EXIT_TERMINATED, TERM_GRACE_SECONDS, parse_args
 
 SNIPPETS = REPO / "snippets" / "checkpoints"
 TRAIN = read_sections((SNIPPETS / "train.out").read_text(encoding="utf-8"))
@@ -492,30 +492,75 @@ def test_the_resuming_page_states_the_tolerance_its_logs_are_checked_with():
     assert 0 < abs(1.7237179 - float(recorded)) <= declared["crash"]
 
 
-def test_a_schedulers_sigterm_saves_a_checkpoint_and_the_run_resumes_from_it(tmp_path):
-    """SIGTERM to the launcher, as SLURM or Kubernetes sends before ending a job: the
-    launcher passes it on, JAX agrees on a step, every process saves it, and train.py
-    exits within the launcher's grace period; started again, it resumes from that step."""
-    workdir = tmp_path / "run"
+# Preemption: SIGTERM to the launcher, as SLURM or Kubernetes sends it before ending a job.
+# The launcher passes it on, JAX agrees on a step, every process saves it, and train.py exits
+# within the grace period; started again, the run ends as one that was never interrupted.
+PREEMPTED_STEPS = 30  # not a multiple of 4: force= saves the last step
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_30(tmp_path_factory) -> str:
+    status, output, logged = train(tmp_path_factory.mktemp("thirty") / "run", PREEMPTED_STEPS)
+    assert status == 0, output
+    return logged
+
+
+def preempt(workdir: Path, in_save: bool) -> tuple[int, bool]:
+    """Start train.py for many steps and send SIGTERM to the launcher while a checkpoint is
+    being written (in_save) or between checkpoints; the step saved on the notice, and
+    whether a save was still being written when the signal went."""
+    checkpoints = workdir / "checkpoints"
     launcher = subprocess.Popen(
         [*TRAIN_PY, "--workdir", str(workdir), "--steps", "100000"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, **RUN_ENVIRONMENT},
     )  # fmt: skip
-    log = workdir / "log.txt"
     deadline = time.monotonic() + 90
-    while (
-        "step  4 " not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline
-    ):
-        time.sleep(0.1)
+    while time.monotonic() < deadline:
+        writing = list(checkpoints.glob("*.orbax-checkpoint-tmp")) if checkpoints.exists() else []
+        finished = (checkpoints / "4" / "sha256.json").exists()
+        if writing if in_save else finished and not writing:
+            break
+        time.sleep(0.001)
     launcher.send_signal(signal.SIGTERM)
     noticed = time.monotonic()
+    mid_save = any(path.exists() for path in writing)
     output, _ = launcher.communicate(timeout=120)
     assert launcher.returncode == EXIT_TERMINATED, output
     assert time.monotonic() - noticed < TERM_GRACE_SECONDS, output
-    saved = re.findall(r"preemption notice: checkpoint (\d+) saved; exiting", log.read_text())
+    log = (workdir / "log.txt").read_text()
+    saved = re.findall(r"preemption notice: checkpoint (\d+) saved; exiting", log)
     assert len(saved) == 1, output
-    step = int(saved[0])
-    assert (workdir / "checkpoints" / str(step) / "sha256.json").exists()
-    status, output, logged = train(workdir, step + 2)
-    assert status == 0 and f"resuming after step {step}" in logged, output
+    assert (checkpoints / saved[0] / "sha256.json").exists()
+    return int(saved[0]), mid_save
+
+
+@pytest.mark.parametrize("in_save", [True, False], ids=["in a save", "between saves"])
+def test_a_run_preempted_by_sigterm_resumes_bit_for_bit(uninterrupted_30, tmp_path, in_save):
+    workdir = tmp_path / "run"
+    step, mid_save = preempt(workdir, in_save)
+    assert mid_save == in_save, "the SIGTERM did not land where this test meant it to"
+    assert step < PREEMPTED_STEPS, f"the notice was saved at step {step}: too late to compare"
+    preempted = (workdir / "log.txt").read_text()
+    status, output, resumed = train(workdir, PREEMPTED_STEPS)
+    assert status == 0 and f"resuming after step {step}\n" in resumed, output
+    # Every step's loss (all digits of the float32) and the final state, bit for bit.
+    assert {**losses(preempted), **losses(resumed)} == losses(uninterrupted_30)
+    assert sorted(losses(uninterrupted_30)) == list(range(1, PREEMPTED_STEPS + 1))
+    assert final_state(resumed) == final_state(uninterrupted_30)
+    assert "checkpoints kept: [28, 30]" in resumed  # the 30th by force=, as in uninterrupted_30
+    assert "checkpoints kept: [28, 30]" in uninterrupted_30
+
+
+def test_the_preemption_page_describes_what_the_tests_do():
+    page = (REPO / "docs/en/cluster/preemption.md").read_text(encoding="utf-8")
+    assert f"started again for {PREEMPTED_STEPS} steps" in page
+    assert "keep checkpoints 28 and 30" in page and "`4.orbax-checkpoint-tmp`" in page
+    assert f"status {EXIT_TERMINATED}" in page
+    assert (
+        f"`--term-grace` seconds ({parse_args(['--nproc', '2', 'x.py']).term_grace:g} by default)"
+        in page
+    )
+    train_py = (SNIPPETS / "train.py").read_text(encoding="utf-8")
+    assert "force=step == args.steps" in train_py and "force=step == args.steps" in page
+    assert "manager.reached_preemption(step)" in train_py

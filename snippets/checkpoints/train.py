@@ -338,6 +338,7 @@ with jax.set_mesh(mesh):
                 state=ocp.args.StandardSave(state),
                 data=grain.checkpoint.CheckpointSave(batches),  # each process its position
             ),
+            force=step == args.steps,  # the last step, whether the policy picks it or not
         )
         # After a SIGTERM to any process, JAX agrees on a step at which every process
         # saves (above); then leave before the scheduler's grace period runs out.
