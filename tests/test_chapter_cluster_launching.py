@@ -38,6 +38,8 @@ def test_one_task_per_node_under_slurm_uses_gpu_0_only_unless_told_otherwise():
 
 def test_kubernetes_and_tpu_processes_get_every_device_of_their_node():
     assert processes("k8s_indexed") == [(0, 2, 8, 16, None), (1, 2, 8, 16, None)]
+    # TPU VMs: each VM's index in the slice from its metadata server
+    assert processes("tpu_vm") == [(0, 2, 4, 8, None), (1, 2, 4, 8, None)]
     # rank = the host's index in its slice + the slice's index x 2 hosts per slice
     slices = re.findall(r"MEGASCALE_SLICE_ID=(\d) TPU_WORKER_ID=(\d)", OUT["tpu_two_slices"])
     ranks = [rank for rank, *_ in processes("tpu_two_slices")]

@@ -41,8 +41,10 @@ def initialize_then_open_accelerators(*args, **kwargs):
     jax.config.update("jax_num_cpu_devices", node if chosen == "all" else len(chosen.split(",")))
 
 jax.distributed.initialize = initialize_then_open_accelerators
-if "TPU_WORKER_ID" in os.environ:  # on a TPU VM, JAX finds TPU chips when it is imported
+if "TPU_WORKER_ID" in os.environ or "GCE_METADATA_IP" in os.environ:  # a TPU VM or GKE node:
+    # there, JAX finds TPU chips when it is imported, and asks the VM's metadata server
     cloud_tpu_cluster.running_in_cloud_tpu_vm = cluster.running_in_cloud_tpu_vm = True
+    del os.environ["TPU_SKIP_MDS_QUERY"]  # set by JAX at import where it finds no TPU chip
 runpy.run_path(sys.argv[1], run_name="__main__")
 """
 
@@ -206,6 +208,48 @@ def tpu_slices(slices: int, hosts_per_slice: int) -> list[dict[str, str]]:
 jobs["tpu_two_slices"] = start(tpu_slices(slices=2, hosts_per_slice=2), accelerators_on_node=4)
 # --8<-- [end:tpu]
 
+# %% tpu_vm
+# --8<-- [start:tpu_vm]
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def metadata_server(attributes: dict[str, str]) -> str:
+    """A TPU VM's metadata server, answering JAX's questions with `attributes`; its address."""
+
+    class Answer(BaseHTTPRequestHandler):
+        def do_GET(self):
+            key = self.path.rsplit("/", 1)[-1]  # /computeMetadata/v1/instance/attributes/KEY
+            found = key in attributes and self.headers["Metadata-Flavor"] == "Google"
+            self.send_response(200 if found else 404)
+            self.end_headers()
+            self.wfile.write(attributes.get(key, "").encode())
+
+        def log_message(self, *args):  # quiet
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"127.0.0.1:{server.server_address[1]}"
+
+
+# One slice of 2 hosts (v5p-16), each VM with its own metadata server.
+tpu_vms = [
+    {
+        "GCE_METADATA_IP": metadata_server(
+            {
+                "agent-worker-number": str(host),  # this VM's index in the slice
+                "worker-network-endpoints": "localhost,localhost",  # the slice's VMs
+                "tpu-env": "ACCELERATOR_TYPE: 'v5p-16'",  # no MEGASCALE_*: one slice
+            }
+        ),
+        "NO_PROXY": "127.0.0.1",
+    }
+    for host in range(2)
+]
+jobs["tpu_vm"] = start(tpu_vms, accelerators_on_node=4)
+# --8<-- [end:tpu_vm]
+
 # %% results
 JOBS = {  # what each job stands for, and the variables shown beside its processes' lines
     "slurm_per_node": ("SLURM, --nodes=2 --ntasks-per-node=1 --gpus-per-node=8",
@@ -220,8 +264,9 @@ JOBS = {  # what each job stands for, and the variables shown beside its process
     "ompi5": ("Open MPI 5, mpirun -np 1, without mpi4py", ()),
     "k8s_plain": ("Kubernetes, a pod that is not part of an indexed Job", ()),
     "k8s_indexed": ("Kubernetes, an indexed Job of 2 pods", ("JOB_COMPLETION_INDEX",)),
-    "tpu_two_slices": ("TPU, 2 slices of 2 hosts, 4 chips each (v5p-16)",
+    "tpu_two_slices": ("TPU on GKE, 2 slices of 2 hosts, 4 chips each (v5p-16)",
                        ("MEGASCALE_SLICE_ID", "TPU_WORKER_ID")),
+    "tpu_vm": ("TPU VMs, gcloud compute tpus tpu-vm ssh --worker=all: 1 slice of 2 hosts", ()),
 }  # fmt: skip
 for name, job in jobs.items():
     title, shown = JOBS[name]
