@@ -423,3 +423,118 @@ class TestThreeBackends:
         )
         (collective,) = find_collectives(text, mesh)
         assert collective.axes == axes
+
+
+class TestHostsAndSlices:
+    """Which collectives cross hosts (process_index) or TPU slices (slice_index): recorded
+    HLO of a step on a 512 x 512 weight, read with meshes of jaxpar.target_devices.
+    hosts_gpu: 2 hosts of 8 H100s, mesh ("fsdp", "replica") of shape (8, 2), so that
+    "fsdp" spans the hosts. slices_tpu: 2 TPU v5e-8 slices, mesh ("replica", "fsdp") of
+    shape (2, 8), the weight split over both axes (FSDP over all 16 chips)."""
+
+    @staticmethod
+    def gpu_mesh(shape=(8, 2), names=("fsdp", "replica")) -> jax.sharding.Mesh:
+        from jaxpar import target_devices
+
+        return jax.make_mesh(shape, names, devices=target_devices("h100-16"))
+
+    @staticmethod
+    def tpu_mesh() -> jax.sharding.Mesh:
+        from jax.experimental import mesh_utils
+
+        from jaxpar import target_devices
+
+        devices = mesh_utils.create_hybrid_device_mesh((1, 8), (2, 1), target_devices("v5e-8x2"))
+        return jax.sharding.Mesh(devices, ("replica", "fsdp"))
+
+    def test_gpu_collectives_along_an_axis_that_spans_the_hosts(self):
+        found = find_collectives((HLO / "hosts_gpu.txt").read_text(), self.gpu_mesh())
+        assert [(c.kind, c.axes, c.hosts, c.slices) for c in found] == [
+            ("all-reduce", ("replica",), 1, 1),  # the replicas of a shard: one host
+            ("all-gather", ("fsdp",), 2, 1),  # the shards: both hosts
+            ("reduce-scatter", ("fsdp",), 2, 1),
+        ]
+
+    def test_tpu_splits_a_collective_over_slices_into_ici_and_dcn_parts(self):
+        found = find_collectives((HLO / "slices_tpu.txt").read_text(), self.tpu_mesh())
+        ici = [(c.kind, c.axes, c.slices) for c in found if c.dcn is None]
+        assert set(ici) == {("all-gather", ("fsdp",), 1), ("reduce-scatter", ("fsdp",), 1)}
+        dcn = [(c.kind, c.dcn, c.slices, c.hosts) for c in found if c.dcn]
+        assert dcn == [
+            ("send", "all-gather", 2, None),  # the HLO names no groups for DCN transfers
+            ("recv", "all-gather", 2, None),
+            ("send", "all-reduce", 2, None),
+            ("recv", "all-reduce", 2, None),
+        ]
+
+    def test_bytes_sent_across_hosts_and_slices(self):
+        gpu = CompiledSummary(
+            0,
+            0,
+            0,
+            0,
+            0,
+            None,
+            tuple(find_collectives((HLO / "hosts_gpu.txt").read_text(), self.gpu_mesh())),
+        )
+        crossing = [c.sent_bytes for c in gpu.collectives if c.hosts == 2]
+        assert gpu.sent_bytes(across="hosts") == sum(crossing) == 524288 * 7 // 8 + 65536 * 7
+        assert gpu.sent_bytes() == gpu.sent_bytes(across="hosts") + 65536  # + the all-reduce
+        assert gpu.sent_bytes(across="slices") == 0  # one NVLink "slice": every GPU's index 0
+        tpu = CompiledSummary(
+            0,
+            0,
+            0,
+            0,
+            0,
+            None,
+            tuple(find_collectives((HLO / "slices_tpu.txt").read_text(), self.tpu_mesh())),
+        )
+        assert tpu.sent_bytes(across="slices") == 32768 + 65536  # the two DCN sends' data
+        assert tpu.sent_bytes(across="hosts") is None  # DCN transfers name no hosts
+
+    def test_without_a_mesh_of_devices_the_spans_are_unknown(self):
+        found = find_collectives((HLO / "hosts_gpu.txt").read_text())
+        assert {(c.hosts, c.slices) for c in found} == {(None, None)}
+        summary = CompiledSummary(0, 0, 0, 0, 0, None, tuple(found))
+        assert summary.sent_bytes(across="hosts") is None and summary.sent_bytes() > 0
+        cpu = find_collectives(
+            (HLO / "scan_cpu.txt").read_text(), jax.make_mesh((2, 4), ("a", "b"))
+        )
+        assert {(c.hosts, c.slices) for c in cpu} == {(1, None)}  # CPU devices: no slice_index
+
+    def test_across_must_be_hosts_or_slices(self):
+        with pytest.raises(
+            ValueError, match=r"across must be None, 'hosts' or 'slices', got 'host'"
+        ):
+            CompiledSummary(0, 0, 0, 0, 0, None, ()).sent_bytes(across="host")
+
+    @pytest.mark.parametrize(
+        "attribute, hosts",
+        [
+            ("replica_groups={{0,1},{2,3},{6,9},{10,11},{4,5},{7,8},{12,13},{14,15}}", 2),
+            ("replica_groups={{0,1},{2,3},{4,5},{6,7},{8,9},{10,11},{12,13},{14,15}}", 1),
+            ("replica_groups=[2,8]<=[16]", 1),
+            ("replica_groups=[8,2]<=[2,8]T(1,0)", 2),
+            ("replica_groups=mesh['hosts'=2,'gpus'=8] {'hosts'}", 2),
+            ("replica_groups=mesh['hosts'=2,'gpus'=8] {'gpus'}", 1),
+        ],
+    )
+    def test_the_widest_group_decides(self, attribute, hosts):
+        text = (
+            "HloModule m, num_partitions=16\n\nENTRY %main (p: f32[4]) -> f32[4] {\n"
+            "  %p = f32[4]{0} parameter(0)\n"
+            f"  ROOT %all-reduce = f32[4]{{0}} all-reduce(%p), {attribute}, to_apply=%add\n}}\n"
+        )
+        (collective,) = find_collectives(text, self.gpu_mesh((2, 8), ("hosts", "gpus")))
+        assert collective.hosts == hosts
+
+    @pytest.mark.parametrize("pairs, hosts", [("{{0,1},{1,2}}", 1), ("{{0,1},{7,8}}", 2)])
+    def test_a_collective_permute_crosses_where_a_pair_does(self, pairs, hosts):
+        text = (
+            "HloModule m, num_partitions=16\n\nENTRY %main (p: f32[4]) -> f32[4] {\n"
+            "  %p = f32[4]{0} parameter(0)\n"
+            f"  ROOT %cp = f32[4]{{0}} collective-permute(%p), source_target_pairs={pairs}\n}}\n"
+        )
+        (collective,) = find_collectives(text, self.gpu_mesh((16,), ("x",)))
+        assert (collective.group_size, collective.hosts) == (None, hosts)

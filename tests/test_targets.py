@@ -79,7 +79,7 @@ def test_unknown_target_names_the_known_ones(mesh):
 def test_a_mesh_larger_than_the_target_names_larger_targets():
     hosts = jax.sharding.AbstractMesh((2, 8), ("hosts", "gpus"))
     with pytest.raises(
-        ValueError, match=r"has 16 devices, more than v5e-8's 8 .*\(h100-16, v5e-16\)"
+        ValueError, match=r"has 16 devices, more than v5e-8's 8 .*\(h100-16, v5e-16, v5e-8x2\)"
     ):
         compile_for("v5e-8", jnp.sum, sds(hosts, (16,), jax.P(("hosts", "gpus"))))
 
@@ -133,3 +133,51 @@ def test_a_shard_map_that_ran_on_another_mesh_asks_to_be_wrapped_again():
         jax.shard_map(lambda a: jax.lax.psum(a, "x"), in_specs=jax.P("x"), out_specs=jax.P())
     )
     assert summarise(compile_for("h100-8", again, a)).counts() == {"all-reduce": 1}
+
+
+def test_two_slices_each_device_says_its_slice_and_host():
+    devices = target_devices("v5e-8x2")
+    assert TARGETS["v5e-8x2"].slices == 2 and TARGETS["v5e-8x2"].backend == "XLA:TPU"
+    assert [d.slice_index for d in devices] == [0] * 8 + [1] * 8
+    assert [d.process_index for d in devices] == [0] * 8 + [1] * 8  # one host per v5e-8
+    gpus = target_devices("h100-16")  # XLA:GPU: one "slice" (NVLink domain) of 2 hosts
+    assert {d.slice_index for d in gpus} == {0} and TARGETS["h100-16"].slices == 1
+
+
+@pytest.mark.parametrize(
+    "shape, outer",
+    [((2, 8), [[0] * 8, [1] * 8]), ((8, 2), [[0, 0]] * 4 + [[1, 1]] * 4)],
+)
+def test_slices_are_the_outer_axis_of_an_abstract_mesh_on_two_slices(shape, outer):
+    abstract = jax.sharding.AbstractMesh(shape, ("a", "b"))
+    target_mesh = module._mesh_on(abstract, target_devices("v5e-8x2"))
+    assert [[d.slice_index for d in row] for row in target_mesh.devices] == outer
+
+
+def test_a_mesh_that_does_not_split_over_the_slices_keeps_the_plain_order():
+    assert module._split_over((2, 8), 2) == ([2, 1], [1, 8])
+    assert module._split_over((16,), 2) == ([2], [8])
+    with pytest.raises(ValueError, match="does not split over 4 slices"):
+        module._split_over((2, 3), 4)
+
+
+def test_a_mesh_built_on_the_targets_devices_keeps_its_order():
+    devices = target_devices("h100-16")
+    swapped = jax.make_mesh((8, 2), ("fsdp", "replica"), devices=devices)
+    x = sds(swapped, (64, 128), jax.P(("fsdp", "replica")), jnp.float32)
+    compiled = compile_for("h100-16", lambda x: jnp.sum(x, axis=0), x)
+    (sharding,) = jax.tree.leaves(compiled.input_shardings)
+    assert (sharding.mesh.devices == swapped.devices).all()
+    (collective,) = summarise(compiled).collectives
+    assert (collective.axes, collective.hosts) == (("fsdp", "replica"), 2)
+
+
+def test_hsdp_over_two_slices_sends_only_the_gradient_shards_over_dcn():
+    hsdp = jax.sharding.AbstractMesh((2, 8), ("replica", "fsdp"))
+    w = sds(hsdp, (512, 512), jax.P("fsdp", None))
+    x = sds(hsdp, (64, 512), jax.P(("replica", "fsdp")))
+    summary = summarise(compile_for("v5e-8x2", jax.grad(loss), w, x))
+    dcn = [c for c in summary.collectives if c.dcn]
+    assert {(c.kind, c.dcn) for c in dcn} == {("send", "all-reduce"), ("recv", "all-reduce")}
+    assert summary.sent_bytes(across="slices") == 512 * 512 // 8 * 2  # a bfloat16 shard
+    assert all(c.slices == 1 for c in summary.collectives if not c.dcn)

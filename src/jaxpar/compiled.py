@@ -52,6 +52,7 @@ _RING: dict[str, Any] = {
     "all-to-all": lambda size, n: size * (n - 1) // n,  # keeps its own 1/n
     "collective-broadcast": lambda size, n: size * (n - 1) // n,
 }
+_Groups = tuple[tuple[int, ...], ...]
 _ARRAY_TYPE_NAMES = re.compile(r"\b([a-z]+[0-9]*[a-z0-9]*)\[[0-9,]*\]")
 _BITS = {"pred": 8, "bf16": 16, "c64": 64, "c128": 128, "token": 0}
 
@@ -89,6 +90,25 @@ class Collective:
     """The mesh axes it runs along, such as ``("data",)``: read from its device groups
     and the mesh of the program's arguments; ``None`` where no mesh is known or its
     groups are not whole axes (a ``collective-permute``, or a group that splits an axis)."""
+    hosts: int | None = None
+    """How many hosts (processes) the devices of its widest group, or of its widest
+    source-target pair, sit on: 1 where it stays inside every host, 2 or more where its
+    data crosses between hosts. Read from the ``process_index`` of the mesh's devices;
+    ``None`` where no mesh of devices is known or the HLO names no groups. On GPUs the
+    hosts are joined by the slow network (InfiniBand, Ethernet), the GPUs of a host by
+    NVLink."""
+    slices: int | None = None
+    """The same for slices (``device.slice_index``): on TPUs the chips of a slice are
+    joined by their own links (ICI), slices by the data-centre network (DCN), so this is
+    the number to read there; a TPU slice may span several hosts. ``None`` also where the
+    devices have no ``slice_index`` (CPU devices). For a transfer over DCN (:attr:`dcn`),
+    whose groups the HLO does not name, the number of slices of the whole program."""
+    dcn: str | None = None
+    """For XLA:TPU's transfers between slices: the collective it is the DCN part of, such
+    as ``"all-reduce"``. XLA:TPU splits a collective whose devices span slices into one
+    over ICI within each slice and a ``send``/``recv`` pair over DCN between them, run by
+    its DCN runtime ("megascale"); this is that pair's ``send`` or ``recv``. ``None``
+    for every other collective."""
 
     @property
     def sent_bytes(self) -> int | None:
@@ -201,6 +221,65 @@ class CompiledSummary:
                 sent = None if sent is None or more is None else sent + more
                 found[key] = (count + 1, size + collective.result_bytes, sent)
         return dict(sorted(found.items(), key=lambda item: (item[0][0], item[0][1] or 0)))
+
+    def sent_bytes(self, *, across: str | None = None) -> int | None:
+        """The bytes each device sends per call, by the ring model of
+        :attr:`Collective.sent_bytes`, times each collective's :attr:`~Collective.runs`.
+
+        A collective whose group spans two hosts goes at the pace of the slowest link in
+        it, the network between the hosts, for all its bytes: ``across="hosts"`` sums
+        those, ``across="slices"`` those between TPU slices (for XLA:TPU, its transfers
+        over DCN).
+
+        Args:
+            across: ``None`` for every collective, ``"hosts"`` for those spanning more
+                than one host (:attr:`Collective.hosts`), ``"slices"`` for those spanning
+                more than one slice (:attr:`Collective.slices`).
+
+        Returns:
+            The bytes; ``None`` where one of the collectives counted has no known size or
+            run count, or where ``across`` is given and one has no known span (the
+            program was summarised without a mesh of devices).
+
+        Raises:
+            ValueError: ``across`` is not ``None``, ``"hosts"`` or ``"slices"``.
+
+        Examples:
+            Two hosts of 8 H100s: a sum over the batch, split across all 16 GPUs, crosses
+            the hosts; one split within each host does not.
+
+            ```python
+            import jax
+            import jax.numpy as jnp
+
+            from jaxpar import compile_for, summarise
+
+            mesh = jax.sharding.AbstractMesh((2, 8), ("hosts", "gpus"))
+            within = jax.NamedSharding(mesh, jax.P("gpus"))  # rows split over a host's GPUs
+            x = jax.ShapeDtypeStruct((64, 1024), jnp.float32, sharding=within)
+            summary = summarise(compile_for("h100-16", lambda x: x.sum(axis=0), x))
+            print(summary.sent_bytes(), summary.sent_bytes(across="hosts"))
+            #> 7168 0
+            ```
+        """
+        if across not in (None, "hosts", "slices"):
+            raise ValueError(
+                f"across must be None, 'hosts' or 'slices', got {across!r}: "
+                f"summary.sent_bytes(across='hosts') sums the collectives that span hosts."
+            )
+        total = 0
+        for collective in self.collectives:
+            if across is not None:
+                spread = getattr(collective, across)
+                if spread is None:
+                    return None
+                if spread < 2:
+                    continue
+            sent, runs = collective.sent_bytes, collective.runs
+            if sent is None or runs is None:
+                return None
+            total += sent * runs
+        return total
 
     def __str__(self) -> str:
         """A few lines: the memory parts, then each kind of collective."""
@@ -315,8 +394,10 @@ def find_collectives(hlo: str, mesh: jax.sharding.Mesh | None = None) -> list[Co
     Args:
         hlo: the text of an HLO module, with its computations and their instructions.
         mesh: the mesh the program's arguments are sharded on, to name the axes each
-            collective runs along (:attr:`Collective.axes`); device ``i`` in the HLO's
-            groups is the ``i``-th device of ``mesh.devices`` in row-major order.
+            collective runs along (:attr:`Collective.axes`) and count the hosts and
+            slices it spans (:attr:`Collective.hosts`, :attr:`Collective.slices`);
+            device ``i`` in the HLO's groups is the ``i``-th device of ``mesh.devices``
+            in row-major order.
 
     Returns:
         One :class:`Collective` per collective instruction, in the order of the text.
@@ -343,7 +424,7 @@ def find_collectives(hlo: str, mesh: jax.sharding.Mesh | None = None) -> list[Co
     partitions = _NUM_PARTITIONS.search(hlo)
     devices = int(partitions.group(1)) if partitions else None
     done_types: dict[str, str] = {}  # an async -start's name -> its -done's result type
-    found: list[tuple[str, str, str, str, bool, tuple[int, ...] | None, bool]] = []
+    found: list[tuple[str, str, str, str, bool, _Groups | None, bool]] = []
     for computation, instructions in computations.items():
         for name, rest in instructions:
             opcode, result_type = _opcode_and_type(rest)
@@ -360,12 +441,19 @@ def find_collectives(hlo: str, mesh: jax.sharding.Mesh | None = None) -> list[Co
                 asynchronous = paired or computation in wrapped
                 if kind == "all-reduce" and computation in scattered:
                     kind, result_type = "reduce-scatter", scattered[computation]
-                group = _first_group(rest, devices)
-                entry = (kind, name, result_type, computation, asynchronous, group)
+                groups = _groups(rest, devices)
+                entry = (kind, name, result_type, computation, asynchronous, groups)
                 found.append(entry + (paired,))
     found = _one_per_channel(found, computations)
     collectives = []
-    for kind, name, result_type, computation, asynchronous, group, paired in found:
+    texts: dict[str, str] = {}  # instruction name -> the text after its `=`, first seen
+    for instructions in computations.values():
+        for name, rest in instructions:
+            texts.setdefault(name, rest)
+    for kind, name, result_type, computation, asynchronous, groups, paired in found:
+        group = groups[0] if groups else None
+        spanned = groups or _pairs(texts.get(name, ""))
+        dcn = re.search(r'_xla_megascale_transfer_type="(\w+)"', texts.get(name, ""))
         if kind in ("send", "recv"):  # (data, u32[] context, token[]): the data alone
             arrays = _ARRAY_TYPE.findall(result_type)
             result_type = "{}[{}]".format(*arrays[0]) if arrays else ""
@@ -382,6 +470,11 @@ def find_collectives(hlo: str, mesh: jax.sharding.Mesh | None = None) -> list[Co
                 element_types=tuple(dict.fromkeys(_ARRAY_TYPE_NAMES.findall(result_type))),
                 runs=runs.get(computation, 1) if computation in looped else 1,
                 axes=_axes(group, mesh),
+                hosts=_spread(spanned, mesh, "process_index"),
+                slices=_dcn_slices(texts[name], mesh)
+                if dcn
+                else _spread(spanned, mesh, "slice_index"),
+                dcn=dcn[1].lower().replace("_", "-") if dcn else None,
             )
         )
     return collectives
@@ -533,9 +626,9 @@ def _runs_per_call(
 
 
 def _one_per_channel(
-    found: list[tuple[str, str, str, str, bool, tuple[int, ...] | None, bool]],
+    found: list[tuple[str, str, str, str, bool, _Groups | None, bool]],
     computations: dict[str, list[tuple[str, str]]],
-) -> list[tuple[str, str, str, str, bool, tuple[int, ...] | None, bool]]:
+) -> list[tuple[str, str, str, str, bool, _Groups | None, bool]]:
     """One entry per collective: XLA:TPU writes an asynchronous collective as clones of
     one instruction, with one ``channel_id``, in the fusion that starts it (whose root is
     a custom-call ``AsyncCollectiveStart``), in each ``async_collective_fusion`` that
@@ -620,29 +713,74 @@ def _all_reduce_scatters(computations: dict[str, list[tuple[str, str]]]) -> dict
     return scatters
 
 
-def _first_group(rest: str, devices: int | None) -> tuple[int, ...] | None:
-    """The devices of a collective's first group, from the text after its `=`: all
-    groups have the same size, and (on a mesh) run along the same axes."""
+def _groups(rest: str, devices: int | None) -> _Groups | None:
+    """The device groups of a collective, from the text after its `=`: all of the same
+    size, and (on a mesh) along the same axes."""
     match = _REPLICA_GROUPS.search(rest)
     if match is None:
         return None
     if match["empty"]:
-        return None if devices is None else tuple(range(devices))
+        return None if devices is None else (tuple(range(devices)),)
     if match["first"] is not None:
-        group = tuple(int(d) for d in re.findall(r"\d+", match["first"]))
-        return group or (None if devices is None else tuple(range(devices)))
+        listed = re.search(r"replica_groups=\{((?:\{[\d,\s]*\},?\s*)*)\}", rest)
+        groups = tuple(
+            tuple(int(d) for d in re.findall(r"\d+", group))
+            for group in re.findall(r"\{([\d,\s]*)\}", listed[1] if listed else "")
+        )
+        if not groups or not groups[0]:  # {{}}: every device
+            return None if devices is None else (tuple(range(devices)),)
+        return groups
     if match["iota"]:  # [groups, size] <= [dims] T(permutation): an iota, transposed
         shape = [int(d) for d in match["iota"].split(",")]
         dims = [int(d) for d in match["reshape"].split(",")]
         ids = np.arange(math.prod(dims)).reshape(dims)
         if match["transpose"]:
             ids = ids.transpose([int(d) for d in match["transpose"].split(",")])
-        return tuple(int(d) for d in ids.reshape(-1, shape[-1])[0])
+        return tuple(tuple(int(d) for d in row) for row in ids.reshape(-1, shape[-1]))
     sizes = [(axis, int(size)) for axis, size in re.findall(r"'([^']+)'=(\d+)", match["mesh"])]
     named = set(re.findall(r"'([^']+)'", match["axes"])) or {axis for axis, _ in sizes}
     ids = np.arange(math.prod(size for _, size in sizes)).reshape([size for _, size in sizes])
-    first = tuple(slice(None) if axis in named else 0 for axis, _ in sizes)
-    return tuple(int(d) for d in ids[first].reshape(-1))
+    inner = [i for i, (axis, _) in enumerate(sizes) if axis in named]
+    outer = [i for i, (axis, _) in enumerate(sizes) if axis not in named]
+    size = math.prod(sizes[i][1] for i in inner)
+    rows = ids.transpose(outer + inner).reshape(-1, size)
+    return tuple(tuple(int(d) for d in row) for row in rows)
+
+
+def _pairs(rest: str) -> _Groups | None:
+    """The (source, target) pairs of a collective-permute, a send or a recv, from the text
+    after its `=`."""
+    match = re.search(
+        r"\b_?(?:xla_send_recv_)?source_target_pairs=\"?\{((?:\{\d+,\d+\},?)*)\}", rest
+    )
+    if match is None:
+        return None
+    return tuple((int(a), int(b)) for a, b in re.findall(r"\{(\d+),(\d+)\}", match[1])) or None
+
+
+def _dcn_slices(rest: str, mesh: Any) -> int | None:
+    """The slices of the program of XLA:TPU's transfer between slices: those it names in
+    ``_xla_megascale_target="{1,2}x{0:7}"`` (slices 1 and 2, chips 0 to 7 of each), or
+    else those of the mesh (the target may list devices instead)."""
+    target = re.search(r'_xla_megascale_target="\{([\d,\s]*)\}', rest)
+    if target:
+        return len(re.findall(r"\d+", target[1]))
+    devices = getattr(mesh, "devices", None)
+    if not isinstance(devices, np.ndarray):
+        return None
+    return _spread((tuple(range(devices.size)),), mesh, "slice_index")
+
+
+def _spread(groups: _Groups | None, mesh: Any, attribute: str) -> int | None:
+    """The most distinct values of ``attribute`` (``process_index``, ``slice_index``)
+    among the mesh's devices in any one of ``groups``."""
+    devices = getattr(mesh, "devices", None)
+    if groups is None or not isinstance(devices, np.ndarray):
+        return None
+    flat = devices.reshape(-1)
+    if not hasattr(flat[0], attribute) or max(max(g, default=0) for g in groups) >= flat.size:
+        return None
+    return max(len({getattr(flat[d], attribute) for d in group}) for group in groups)
 
 
 def _axes(group: tuple[int, ...] | None, mesh: jax.sharding.Mesh | None) -> tuple[str, ...] | None:

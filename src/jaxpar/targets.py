@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import math
 import os
 import re
 import sys
@@ -51,6 +52,10 @@ class Target:
     memory_bytes: int | None
     """Each device's memory, as the vendor states it; ``None`` for the CPU."""
     _topology: dict[str, Any] = field(default_factory=dict, repr=False)
+    slices: int = 1
+    """How many TPU slices its devices are spread over: chips within a slice are joined
+    by the chips' own links (ICI), slices by the data-centre network (DCN). Each device
+    says which it is in, as ``device.slice_index``."""
 
 
 _GB = 10**9
@@ -123,6 +128,16 @@ TARGETS: dict[str, Target] = {
             {"tpu": "v5e:4x4"},
         ),
         Target(
+            "v5e-8x2",
+            "2 TPU v5e-8 slices (8 chips of 16 GB on one host each), joined by DCN",
+            "XLA:TPU",
+            16,
+            2,
+            16 * _GIB,
+            {"tpu": "v5e:2x4", "chips_per_host_bounds": [2, 4, 1], "num_slices": 2},
+            slices=2,
+        ),
+        Target(
             "v6e-8",
             "TPU v6e-8: 8 chips of 32 GB on one host",
             "XLA:TPU",
@@ -162,7 +177,9 @@ def compile_for(
     mesh of this machine's (simulated) devices, or ``jax.ShapeDtypeStruct`` values with
     such shardings (no memory is needed for those), on a ``jax.sharding.AbstractMesh``
     where the target has more devices than this machine. The mesh is rebuilt with the same axis
-    names, sizes and axis types on the target's devices, each argument keeps its
+    names, sizes and axis types on the target's devices, its leading axes across the hosts
+    of GPUs or the slices of TPUs, unless it is a mesh of the target's own devices
+    (:func:`target_devices`), which is kept as it is. Each argument keeps its
     ``PartitionSpec``, and the program is lowered and compiled inside ``jax.set_mesh`` of
     that mesh. So write the function with ``jax.P`` specs, not with ``NamedSharding`` s
     that name this machine's mesh; and give it a ``jax.shard_map`` that has not run yet,
@@ -183,7 +200,8 @@ def compile_for(
     Args:
         target: a name in :data:`TARGETS`: ``"cpu"`` (this machine's devices, compiled as
             usual), ``"h100-8"``, ``"h100-16"`` (2 hosts × 8), ``"h200-8"``, ``"b200-8"``,
-            ``"a100-8"``, ``"v5e-8"``, ``"v5e-16"``, ``"v6e-8"``, ``"v5p-8"``.
+            ``"a100-8"``, ``"v5e-8"``, ``"v5e-16"``, ``"v5e-8x2"`` (2 slices),
+            ``"v6e-8"``, ``"v5p-8"``.
         function: the function, jitted (``jax.jit(f, donate_argnums=0)``) or not.
         *args: its arguments, as above.
         compiler_options: XLA options for this compile only, such as
@@ -246,7 +264,12 @@ def compile_for(
             f"at least {mesh.size} devices ({', '.join(larger) or 'none is listed'}) or a "
             f"smaller mesh."
         )
-    target_mesh = _mesh_on(mesh, target_devices(chosen.name)[: mesh.size])
+    if isinstance(mesh, jax.sharding.Mesh) and set(mesh.devices.flat) <= set(
+        target_devices(chosen.name)
+    ):
+        target_mesh = mesh  # built on the target's devices already: keep its order
+    else:
+        target_mesh = _mesh_on(mesh, target_devices(chosen.name)[: mesh.size])
     args, kwargs = jax.tree.map(functools.partial(_abstract_on, target_mesh), (args, kwargs))
     with jax.set_mesh(target_mesh):
         try:
@@ -429,14 +452,36 @@ def _mesh_of(args: Any, kwargs: Any) -> jax.sharding.Mesh | jax.sharding.Abstrac
 def _mesh_on(
     mesh: jax.sharding.Mesh | jax.sharding.AbstractMesh, devices: tuple[jax.Device, ...]
 ) -> jax.sharding.Mesh:
-    """A mesh like ``mesh`` on other devices, ordered as XLA's own mesh helper orders
-    them for that hardware (physical rings on a TPU, hosts outermost on GPUs)."""
+    """A mesh like ``mesh`` on other devices, ordered as XLA's own mesh helpers order
+    them for that hardware: physical rings on a TPU, hosts outermost on GPUs, and slices
+    outermost over several TPU slices (the leading axes that their sizes allow)."""
     shape = tuple(mesh.shape.values())
+    slices = len({getattr(device, "slice_index", 0) for device in devices})
     try:
-        order = jax.experimental.mesh_utils.create_device_mesh(shape, devices=list(devices))
+        if slices > 1:
+            outer, inner = _split_over(shape, slices)
+            order = jax.experimental.mesh_utils.create_hybrid_device_mesh(
+                inner, outer, devices=list(devices)
+            )
+        else:
+            order = jax.experimental.mesh_utils.create_device_mesh(shape, devices=list(devices))
     except (ValueError, NotImplementedError, AssertionError):
         order = np.array(devices, dtype=object).reshape(shape)
     return jax.sharding.Mesh(order, mesh.axis_names, axis_types=mesh.axis_types)
+
+
+def _split_over(shape: tuple[int, ...], slices: int) -> tuple[list[int], list[int]]:
+    """``shape`` as (across slices, within each) by axis, the slices taken from the
+    leading axes: (2, 8) over 2 slices is (2, 1) x (1, 8), (16,) is (2,) x (8,)."""
+    outer, inner, left = [], [], slices
+    for size in shape:
+        across = math.gcd(size, left)
+        outer.append(across)
+        inner.append(size // across)
+        left //= across
+    if left != 1:
+        raise ValueError(f"a mesh of shape {shape} does not split over {slices} slices")
+    return outer, inner
 
 
 def _abstract_on(mesh: jax.sharding.Mesh, leaf: Any) -> Any:
