@@ -41,10 +41,11 @@ def initialize_then_open_accelerators(*args, **kwargs):
     jax.config.update("jax_num_cpu_devices", node if chosen == "all" else len(chosen.split(",")))
 
 jax.distributed.initialize = initialize_then_open_accelerators
-if "TPU_WORKER_ID" in os.environ or "GCE_METADATA_IP" in os.environ:  # a TPU VM or GKE node:
-    # there, JAX finds TPU chips when it is imported, and asks the VM's metadata server
+if "TPU_WORKER_ID" in os.environ or "GCE_METADATA_IP" in os.environ:  # a TPU host:
+    # there, JAX finds TPU chips when it is imported
     cloud_tpu_cluster.running_in_cloud_tpu_vm = cluster.running_in_cloud_tpu_vm = True
-    del os.environ["TPU_SKIP_MDS_QUERY"]  # set by JAX at import where it finds no TPU chip
+if "GCE_METADATA_IP" in os.environ:  # a TPU VM: JAX asks its metadata server, which it
+    del os.environ["TPU_SKIP_MDS_QUERY"]  # skips where it found no TPU chip at import
 runpy.run_path(sys.argv[1], run_name="__main__")
 """
 
