@@ -14,6 +14,7 @@ jax.config.update("jax_num_cpu_devices", 8)
 # %% launch
 # --8<-- [start:launch]
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -22,17 +23,33 @@ from pathlib import Path
 TASK = Path(globals().get("__file__", "stuck_task.py")).resolve().parent / "stuck_task.py"
 
 
-def launch(case: str, timeout: int) -> subprocess.Popen:
+def launch(case: str) -> subprocess.Popen:
     """Start `python -m jaxpar.launch --nproc 2 ... stuck_task.py CASE`, as a reader would."""
     command = [sys.executable, "-m", "jaxpar.launch", "--nproc", "2"]
-    command += ["--devices-per-process", "1", "--timeout", str(timeout), TASK.name, case]
+    command += ["--devices-per-process", "1", "--timeout", "60", TASK.name, case]
     return subprocess.Popen(command, cwd=TASK.parent, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
 
 
-def show(run: subprocess.Popen) -> None:
+def interrupt_after_dumps(run: subprocess.Popen, dumps: int = 2) -> str:
+    """Read the run's output until `dumps` stack dumps have reached the script's top level
+    (a dump's frame `File "stuck_task.py", line N in <module>`), then press Ctrl-C (SIGINT
+    to the launcher), as you would once the stacks are in the log."""
+    top = re.compile(re.escape(TASK.name) + r'", line \d+ in <module>')
+    lines = []
+    for line in run.stdout:
+        lines.append(line)
+        if sum(bool(top.search(seen)) for seen in lines) == dumps:
+            run.send_signal(signal.SIGINT)
+            break
+    return "".join(lines) + run.stdout.read()
+
+
+def show(run: subprocess.Popen, output: str | None = None) -> None:
     """Print the run's exit status, then each rank's lines, then the launcher's."""
-    output, _ = run.communicate(timeout=120)
+    if output is None:
+        output = run.communicate(timeout=120)[0]
+    run.wait(timeout=120)
     print(f"exit status {run.returncode}")
     by_rank: dict[str, list[str]] = {}
     keep_source = False
@@ -57,13 +74,12 @@ def show(run: subprocess.Popen) -> None:
 
 
 # Every case at once: each mostly waits.
-runs = {case: launch(case, timeout=12) for case in ("hang", "barrier")}
-runs |= {case: launch(case, timeout=60) for case in ("names", "uneven", "checked")}
+runs = {case: launch(case) for case in ("hang", "barrier", "names", "uneven", "checked")}
 # --8<-- [end:launch]
 
 # %% hang
 # --8<-- [start:hang]
-show(runs["hang"])
+show(runs["hang"], interrupt_after_dumps(runs["hang"]))
 # --8<-- [end:hang]
 
 # %% barrier
