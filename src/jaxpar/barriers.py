@@ -25,9 +25,9 @@ def barrier(name: str, timeout_s: float) -> None:
 
     Every rank must call it, with the same name, the same number of times. A rank stuck
     before it (in data loading, a deadlock, a slow file system) then turns into an error
-    in every rank instead of a silent wait in the next collective. It costs a round trip
-    to the coordinator (about a millisecond on one machine): put it where a step starts,
-    or every few steps, not inside jitted code, where it cannot go.
+    in every rank instead of a silent wait in the next collective. Each call is a round
+    trip to the coordinator, in rank 0's process: put it where a step starts, or every
+    few steps, never inside jitted code.
 
     Examples:
         In every rank, at the start of a step; in one process, as here, there is no one
