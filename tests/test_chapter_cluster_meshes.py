@@ -90,7 +90,7 @@ def test_the_page_states_the_recorded_numbers():
         "30.1 MB of 32.2 MB",
         "everything crosses: 32.1 MB",
         "DCN carries 3.3 MB per\nchip in 7 transfers, against 2.1 MB in 3 for HSDP",
-        "47.8 MB per step in all, against 31.8 MB under HSDP",
+        "47.8 MB per step in all, 3.3 MB of it\n  over DCN, against 31.8 MB under HSDP",
     ]:
         assert claim in PAGE, claim
 
