@@ -555,7 +555,10 @@ def test_a_run_preempted_by_sigterm_resumes_bit_for_bit(uninterrupted_30, tmp_pa
 def test_the_preemption_page_describes_what_the_tests_do():
     page = (REPO / "docs/en/cluster/preemption.md").read_text(encoding="utf-8")
     assert f"started again for {PREEMPTED_STEPS} steps" in page
-    assert "keep checkpoints 28 and 30" in page and "`4.orbax-checkpoint-tmp`" in page
+    assert (
+        "keeps checkpoints 28 and\n30, as the uninterrupted one does" in page
+        and "`4.orbax-checkpoint-tmp`" in page
+    )
     assert f"status {EXIT_TERMINATED}" in page
     assert (
         f"`--term-grace` seconds ({parse_args(['--nproc', '2', 'x.py']).term_grace:g} by default)"
