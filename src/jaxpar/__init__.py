@@ -4,9 +4,9 @@ It holds what readers of the site would otherwise copy between projects: simulat
 devices on a laptop, building meshes and shardings and splitting batches across devices with
 errors that say what to do, drawing shardings as SVG, timing JAX code honestly, summarising
 the memory and the collectives of a compiled step (also compiled for GPUs and TPUs this
-machine does not have), reading the operations out of a profiler
-trace, launching several local processes, and loading real MNIST, checked and cached, for
-readers who have the network.
+machine does not have), predicting whether a Llama-shaped model trains in a device's memory,
+reading the operations out of a profiler trace, launching several local processes, and
+loading real MNIST, checked and cached, for readers who have the network.
 """
 
 # Names load on first use, so that `python -m jaxpar.launch` starts without importing JAX
@@ -39,6 +39,19 @@ if TYPE_CHECKING:
         sharding_svg,
     )
     from jaxpar.distributed import NotLaunchedError, initialize_distributed
+    from jaxpar.memory_plan import (
+        LLAMA_3_1_8B,
+        LLAMA_3_2_1B,
+        Decoder,
+        FitReport,
+        MemoryPlan,
+        Parallelism,
+        Training,
+        fits,
+        formula_json,
+        plan_memory,
+        training_step,
+    )
     from jaxpar.meshes import check_spec, make_mesh, named_sharding
     from jaxpar.profiles import (
         Operation,
@@ -90,6 +103,17 @@ _MODULE_OF = {
     "sharding_svg": "jaxpar.diagrams",
     "NotLaunchedError": "jaxpar.distributed",
     "initialize_distributed": "jaxpar.distributed",
+    "LLAMA_3_1_8B": "jaxpar.memory_plan",
+    "LLAMA_3_2_1B": "jaxpar.memory_plan",
+    "Decoder": "jaxpar.memory_plan",
+    "FitReport": "jaxpar.memory_plan",
+    "Parallelism": "jaxpar.memory_plan",
+    "MemoryPlan": "jaxpar.memory_plan",
+    "Training": "jaxpar.memory_plan",
+    "fits": "jaxpar.memory_plan",
+    "formula_json": "jaxpar.memory_plan",
+    "plan_memory": "jaxpar.memory_plan",
+    "training_step": "jaxpar.memory_plan",
     "check_spec": "jaxpar.meshes",
     "make_mesh": "jaxpar.meshes",
     "named_sharding": "jaxpar.meshes",
@@ -121,11 +145,17 @@ __all__ = [
     "CompiledSummary",
     "CompilerNotInstalledError",
     "DatasetUnavailableError",
+    "Decoder",
     "DevicesAlreadyInitializedError",
+    "FitReport",
+    "LLAMA_3_1_8B",
+    "LLAMA_3_2_1B",
     "Layout",
     "MNIST",
     "MNIST_SHA256",
     "MNIST_URL",
+    "MemoryPlan",
+    "Parallelism",
     "NotLaunchedError",
     "Operation",
     "OperationTotal",
@@ -137,6 +167,7 @@ __all__ = [
     "Timing",
     "Trace",
     "TraceStep",
+    "Training",
     "UnevenBatchError",
     "barrier",
     "benchmark",
@@ -145,6 +176,8 @@ __all__ = [
     "compile_for",
     "find_collectives",
     "find_trace_file",
+    "fits",
+    "formula_json",
     "initialize_distributed",
     "layout",
     "load_mnist",
@@ -152,6 +185,7 @@ __all__ = [
     "named_sharding",
     "operation_scopes",
     "parse_idx",
+    "plan_memory",
     "read_trace",
     "replicate",
     "shard_batch",
@@ -163,6 +197,7 @@ __all__ = [
     "target_devices",
     "timeline_svg",
     "top_operations",
+    "training_step",
 ]
 
 

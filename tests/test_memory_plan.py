@@ -1,0 +1,220 @@
+"""Tests of jaxpar.memory_plan: the formula's arithmetic and errors (fast), and the formula
+against what XLA plans for the same step, compiled for 8 H100s and a TPU v5e-8."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import jax
+import pytest
+
+from jaxpar import (
+    LLAMA_3_1_8B,
+    LLAMA_3_2_1B,
+    Decoder,
+    Parallelism,
+    Training,
+    formula_json,
+    plan_memory,
+    training_step,
+)
+from jaxpar import memory_plan as module
+
+
+def per_device(tree) -> int:
+    """The bytes one device holds of a tree of abstract sharded arrays."""
+    return sum(
+        math.prod(leaf.sharding.shard_shape(leaf.shape) if leaf.sharding else leaf.shape)
+        * leaf.dtype.itemsize
+        for leaf in jax.tree.leaves(tree)
+    )
+
+
+def test_the_presets_have_the_published_parameter_counts():
+    # The exact sums of the shapes: 1.24B and 8.03B, as Hugging Face lists them.
+    assert LLAMA_3_2_1B.parameter_count() == 1_235_814_400
+    assert LLAMA_3_1_8B.parameter_count() == 8_030_261_248
+
+
+@pytest.mark.parametrize("decoder", [LLAMA_3_2_1B, LLAMA_3_1_8B], ids=["1B", "8B"])
+def test_the_abstract_step_holds_the_formulas_parameters_optimizer_and_batch(decoder):
+    layout, training = Parallelism(data=2, fsdp=2, tensor=2), Training(batch=8, microbatches=2)
+    _, (params, opt_state, tokens, targets) = training_step(decoder, layout, training)
+    plan = plan_memory(decoder, layout, training)
+    assert sum(leaf.size for leaf in jax.tree.leaves(params)) == decoder.parameter_count()
+    assert per_device(params) == plan.terms["parameters"]
+    assert per_device(opt_state) == plan.terms["optimizer"]
+    assert per_device((tokens, targets)) == plan.terms["batch_inputs"]
+    assert tokens.shape == (2, 4, decoder.seq_len)
+
+
+def test_terms_add_up_and_scale_as_the_layout_says():
+    training = Training(batch=16, remat="full")
+    fsdp = plan_memory(LLAMA_3_1_8B, Parallelism(fsdp=8), training, "h100-8")
+    data = plan_memory(LLAMA_3_1_8B, Parallelism(data=8), training, "h100-8")
+    assert fsdp.total == sum(fsdp.terms.values())
+    assert fsdp.memory_bytes == 80 * 2**30 and fsdp.fits and fsdp.headroom > 0
+    # FSDP shards parameters, gradients and optimizer state 8 ways; data parallelism does not.
+    for term in ("parameters", "gradients"):
+        assert 7.9 < data.terms[term] / fsdp.terms[term] < 8
+    assert not data.fits and data.headroom < 0
+    assert plan_memory(LLAMA_3_1_8B, Parallelism(fsdp=8), training).fits is None
+
+
+def test_remat_accumulation_and_dtype_change_the_terms_they_should():
+    layout, base = Parallelism(fsdp=8), Training(batch=16)
+    plain = plan_memory(LLAMA_3_2_1B, layout, base).terms
+    remat = plan_memory(LLAMA_3_2_1B, layout, Training(batch=16, remat="full")).terms
+    accumulate = plan_memory(LLAMA_3_2_1B, layout, Training(batch=16, microbatches=2)).terms
+    wide = plan_memory(LLAMA_3_2_1B, layout, Training(batch=16, compute="float32")).terms
+    d, tokens = LLAMA_3_2_1B, 2 * LLAMA_3_2_1B.seq_len  # 2 sequences on each device
+    assert remat["activations"] == d.layers * tokens * d.d_model * 2
+    assert plain["activations"] > 10 * remat["activations"]
+    assert accumulate["activations"] * 2 == plain["activations"]
+    assert accumulate["gradients"] == 2 * plain["gradients"]
+    assert wide["activations"] == 2 * plain["activations"]
+    assert wide["parameters"] == plain["parameters"]
+
+
+def test_the_evaluator_takes_arithmetic_and_refuses_everything_else():
+    assert module.evaluate("ceil(7 / 2) + min(1, 2) - -max(3, 4, 5)", {}) == 10
+    assert module.evaluate("head_dim", {"d_model": 2048, "heads": 32}) == 64
+    for bad in ("__import__('os')", "a ** 2", "a if a else b", "a.real", "max()", "[1]"):
+        with pytest.raises(ValueError, match="allows only|Cannot parse"):
+            module.evaluate(bad, {"a": 1, "b": 2})
+    with pytest.raises(ValueError, match="'b', which has no value"):
+        module.evaluate("a + b", {"a": 1})
+    with pytest.raises(ValueError, match="Cannot parse"):
+        module.evaluate("a +", {"a": 1})
+
+
+def test_every_expression_uses_only_inputs_and_names_defined_above_it():
+    import ast
+
+    known = set(module.VARIABLES)
+    for name, (expression, meaning) in module.FORMULA.items():
+        used = {n.id for n in ast.walk(ast.parse(expression)) if isinstance(n, ast.Name)}
+        assert used - known <= set(module._FUNCTIONS), (name, used - known)
+        assert meaning
+        known.add(name)
+    assert set(module.TERMS) <= set(module.FORMULA)
+
+
+def test_the_json_is_the_formula_in_order():
+    formula = json.loads(formula_json())
+    assert [d["name"] for d in formula["definitions"]] == list(module.FORMULA)
+    assert formula["variables"] == module.VARIABLES
+    assert formula["terms"] == list(module.TERMS)
+    assert formula["tolerance"] == module.TOLERANCE
+    # A page's script, evaluating the strings in order, gets the same numbers.
+    plan = plan_memory(LLAMA_3_2_1B, Parallelism(fsdp=8), Training(batch=16))
+    values = dict(plan.variables)
+    for definition in formula["definitions"]:
+        values[definition["name"]] = module.evaluate(definition["expression"], values)
+    assert round(values["total"]) == plan.total
+
+
+@pytest.mark.parametrize(
+    ("decoder", "layout", "training", "target", "message"),
+    [
+        (
+            LLAMA_3_2_1B,
+            Parallelism(fsdp=4),
+            Training(batch=8),
+            "h100-8",
+            "uses 4 devices, but h100-8 has 8",
+        ),
+        (
+            LLAMA_3_2_1B,
+            Parallelism(tensor=16),
+            Training(batch=8),
+            None,
+            r"kv_heads \(8\) must be a multiple of tensor \(16\)",
+        ),
+        (
+            LLAMA_3_2_1B,
+            Parallelism(data=2, fsdp=4),
+            Training(batch=12),
+            None,
+            r"batch \(12\) must be a multiple of data × fsdp × microbatches \(2 × 4 × 1 = 8\)",
+        ),
+        (LLAMA_3_2_1B, Parallelism(fsdp=8), Training(batch=8, microbatches=2), None, "= 16"),
+        (
+            LLAMA_3_2_1B,
+            Parallelism(fsdp=3),
+            Training(batch=3),
+            None,
+            r"d_model \(2048\) must be a multiple of fsdp \(3\)",
+        ),
+        (
+            Decoder(1001, 2048, 2, 32, 8, 8192, 128),
+            Parallelism(tensor=8),
+            Training(batch=1),
+            None,
+            r"vocab \(1001\) must be a multiple of tensor \(8\); pad it",
+        ),
+        (
+            Decoder(1024, 2048, 2, 30, 6, 8192, 128),
+            Parallelism(),
+            Training(batch=1),
+            None,
+            r"d_model \(2048\) must be a multiple of heads \(30\)",
+        ),
+        (
+            Decoder(1024, 2048, 2, 32, 6, 8192, 128),
+            Parallelism(),
+            Training(batch=1),
+            None,
+            r"heads \(32\) must be a multiple of kv_heads \(6\)",
+        ),
+        (
+            Decoder(1024, 2048, -2, 32, 8, 8192, 128),
+            Parallelism(),
+            Training(batch=1),
+            None,
+            "layers must be a positive integer, got int -2",
+        ),
+        (
+            LLAMA_3_2_1B,
+            Parallelism(data=0),
+            Training(batch=1),
+            None,
+            "data must be a positive integer, got int 0",
+        ),
+        (
+            LLAMA_3_2_1B,
+            Parallelism(),
+            Training(batch=2.0),
+            None,
+            "batch must be a positive integer, got float 2.0",
+        ),
+        (
+            LLAMA_3_2_1B,
+            Parallelism(),
+            Training(batch=1, compute="fp16"),
+            None,
+            "compute must be one of 'bfloat16', 'float32', got str 'fp16'",
+        ),
+        (
+            LLAMA_3_2_1B,
+            Parallelism(),
+            Training(batch=1, remat="selective"),
+            None,
+            "remat must be 'none'",
+        ),
+        (LLAMA_3_2_1B, Parallelism(), Training(batch=1), "tpu-9000", "Unknown target 'tpu-9000'"),
+    ],  # fmt: skip
+)
+def test_bad_input_is_refused_with_a_message_that_names_the_fix(
+    decoder, layout, training, target, message
+):
+    with pytest.raises(ValueError, match=message):
+        plan_memory(decoder, layout, training, target)
+
+
+def test_arguments_of_the_wrong_kind_are_refused():
+    with pytest.raises(TypeError, match="layout must be a jaxpar.Parallelism"):
+        plan_memory(LLAMA_3_2_1B, (1, 8, 1), Training(batch=8))
+    with pytest.raises(ValueError, match="must be a multiple"):
+        training_step(LLAMA_3_2_1B, Parallelism(tensor=3), Training(batch=1))
