@@ -54,7 +54,7 @@ def show(run: subprocess.Popen, output: str | None = None) -> None:
     by_rank: dict[str, list[str]] = {}
     keep_source = False
     for line in output.splitlines():
-        if "Gloo" in line or "connected peer ranks" in line:
+        if re.search(r"\[Gloo\]|connected peer ranks", line):  # Gloo's log of connections
             continue
         who, _, text = line.partition("] ")
         if text.startswith("  File "):  # a frame: only the script's own
