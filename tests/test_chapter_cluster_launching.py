@@ -15,7 +15,8 @@ from sitetools.snippets import read_sections
 OUT = read_sections((REPO / "snippets/cluster/schedulers.out").read_text(encoding="utf-8"))
 PAGE = (REPO / "docs/en/cluster/launching.md").read_text(encoding="utf-8")
 LINE = re.compile(
-    r"-> process (\d) of (\d): (\d+) local devices, (\d+) in all(?:, GPUs (\S+))?$", re.MULTILINE
+    r"-> process (\d) of (\d), cpu: (\d+) local devices, (\d+) in all(?:, GPUs (\S+))?$",
+    re.MULTILINE,
 )
 
 

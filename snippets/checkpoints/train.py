@@ -345,7 +345,9 @@ with jax.set_mesh(mesh):
         if manager.reached_preemption(step):
             manager.wait_until_finished()
             log(f"preemption notice: checkpoint {step} saved; exiting")
-            raise SystemExit
+            # Not 0, which would tell the scheduler the run is finished: 143 is the status
+            # of a process that SIGTERM ended.
+            raise SystemExit(128 + signal.SIGTERM)
 manager.wait_until_finished()  # the last save, written in the background, is complete
 # --8<-- [end:train]
 

@@ -3,9 +3,10 @@
 Started by `schedulers.py` as each scheduler would start it, with that scheduler's
 environment variables. With no arguments, `jax.distributed.initialize()` finds the
 coordinator, the process count and this process's rank in them (SLURM, Open MPI, TPU VMs);
-a Kubernetes indexed Job passes two of them, since JAX does not read its index. Then the
-script prints what JAX made of it: compare it with what the job asked for before anything
-else runs.
+a Kubernetes indexed Job passes two of them, which JAX reads only through the Kubernetes
+API (with the `kubernetes` package and a service account allowed to read pods and Jobs).
+Then the script prints what JAX made of it: compare it with what the job asked for before
+anything else runs.
 """
 
 import jax
@@ -29,7 +30,7 @@ else:
 # --8<-- [start:check]
 gpus = jax.config.read("jax_cuda_visible_devices")  # the GPUs JAX chose: "all" if none
 print(
-    f"process {jax.process_index()} of {jax.process_count()}: "
+    f"process {jax.process_index()} of {jax.process_count()}, {jax.default_backend()}: "
     f"{jax.local_device_count()} local devices, {jax.device_count()} in all"
     + ("" if gpus == "all" else f", GPUs {gpus}")
 )
