@@ -1,0 +1,106 @@
+"""Record the memory planner's real-size grid: Llama 3.2 1B and Llama 3.1 8B, trained on
+8 H100s, 2 × 8 H100s and a TPU v5e-8 in several layouts, each cell's formula
+(``jaxpar.plan_memory``) beside what XLA plans for the very step (``jaxpar.fits``).
+
+    PYTHONPATH=tools .venv/bin/python -m sitetools.memory_grid
+
+writes ``snippets/training_step/memory_grid.json``, which the page "Will it fit?" shows and
+``tests/test_memory_plan.py`` re-checks (the formula in every cell, XLA in one or two: the
+compilers' byte counts are deterministic). Compile times go to the terminal only.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import json  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from typing import Any  # noqa: E402
+
+from sitetools import REPO  # noqa: E402
+
+GRID_FILE = REPO / "snippets" / "training_step" / "memory_grid.json"
+
+# (model, target, layout, training): sizes as jaxpar.Parallelism and jaxpar.Training take them.
+CELLS: list[tuple[str, str, dict[str, int], dict[str, Any]]] = [
+    ("llama-3.2-1b", "h100-8", {"fsdp": 8}, {"batch": 16, "remat": "none"}),
+    ("llama-3.2-1b", "h100-8", {"fsdp": 8}, {"batch": 16, "remat": "full"}),
+    ("llama-3.2-1b", "h100-8", {"data": 8}, {"batch": 16, "remat": "full"}),
+    ("llama-3.2-1b", "h100-8", {"fsdp": 2, "tensor": 4}, {"batch": 4, "remat": "none"}),
+    ("llama-3.2-1b", "h100-8", {"fsdp": 8}, {"batch": 32, "microbatches": 2, "remat": "full"}),
+    ("llama-3.2-1b", "v5e-8", {"fsdp": 8}, {"batch": 16, "remat": "full"}),
+    ("llama-3.2-1b", "h100-16", {"fsdp": 16}, {"batch": 32, "remat": "full"}),
+    ("llama-3.1-8b", "h100-8", {"fsdp": 8}, {"batch": 16, "remat": "full"}),
+    ("llama-3.1-8b", "h100-8", {"fsdp": 8}, {"batch": 8, "remat": "none"}),
+    ("llama-3.1-8b", "h100-8", {"fsdp": 2, "tensor": 4}, {"batch": 8, "remat": "full"}),
+    ("llama-3.1-8b", "h100-16", {"data": 2, "fsdp": 8}, {"batch": 32, "remat": "full"}),
+    ("llama-3.1-8b", "v5e-8", {"fsdp": 8}, {"batch": 8, "remat": "full"}),
+]
+"""The grid: each cell a model, a target, a layout and the training settings."""
+
+
+def decoders() -> dict[str, Any]:
+    from jaxpar import LLAMA_3_1_8B, LLAMA_3_2_1B
+
+    return {"llama-3.2-1b": LLAMA_3_2_1B, "llama-3.1-8b": LLAMA_3_1_8B}
+
+
+def formula_cell(model: str, target: str, layout: dict, training: dict) -> dict[str, Any]:
+    """One cell's formula: its terms and total, in bytes, and the device's memory."""
+    from jaxpar import Parallelism, Training, plan_memory
+
+    plan = plan_memory(decoders()[model], Parallelism(**layout), Training(**training), target)
+    return {"terms": plan.terms, "total": plan.total, "memory_bytes": plan.memory_bytes}
+
+
+def xla_cell(model: str, target: str, layout: dict, training: dict) -> dict[str, Any]:
+    """One cell compiled for its target: XLA's memory plan for one device, in bytes."""
+    from jaxpar import Parallelism, Training, fits, training_step
+
+    step, args = training_step(decoders()[model], Parallelism(**layout), Training(**training))
+    report = fits(target, step, *args)
+    if report.summary is None:  # XLA:TPU refused: it does not fit
+        return {"error": report.error}
+    summary = report.summary
+    return {
+        "argument_bytes": summary.argument_bytes,
+        "output_bytes": summary.output_bytes,
+        "alias_bytes": summary.alias_bytes,
+        "temp_bytes": summary.temp_bytes,
+        "total_bytes": summary.total_bytes,
+        "peak_bytes": summary.peak_bytes,
+    }
+
+
+def main() -> int:
+    import jax
+
+    jax.config.update("jax_num_cpu_devices", 8)
+    cells = []
+    for model, target, layout, training in CELLS:
+        started = time.perf_counter()
+        xla = xla_cell(model, target, layout, training)
+        seconds = time.perf_counter() - started
+        formula = formula_cell(model, target, layout, training)
+        cell = {"model": model, "target": target, "layout": layout, "training": training}
+        cells.append({**cell, "formula": formula, "xla": xla})
+        if "error" in xla:
+            found = xla["error"]
+        else:
+            ratio = formula["total"] / xla["total_bytes"]
+            found = f"XLA {xla['total_bytes'] / 2**30:.2f} GiB, ratio {ratio:.3f}"
+        print(
+            f"{model} {target} {layout} {training}: formula {formula['total'] / 2**30:.2f} "
+            f"GiB, {found} (compiled in {seconds:.0f} s)",
+            flush=True,
+        )
+    GRID_FILE.write_text(json.dumps({"cells": cells}, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {GRID_FILE.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
