@@ -34,13 +34,22 @@ def totals(text: str) -> list[tuple[float, float]]:
 
 def test_devices_say_their_host_and_slice():
     assert "process_index: [0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1]" in GPU["devices"]
+    # XLA:GPU's "2x1x8": a partition (NVLink domain) per host, the first of each coords;
+    # compile-only GPUs report no partition, so slice_index is 0 for all
+    assert "coords[0]:     [0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1]" in GPU["devices"]
     assert "slice_index:   [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]" in GPU["devices"]
     assert "slice_index:   [0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1]" in TPU["devices"]
     assert "XLA:GPU" in GPU["devices"] and "XLA:TPU" in TPU["devices"]
 
 
-def test_make_mesh_puts_hosts_first_on_gpus_and_fails_on_two_slices():
-    assert "jax.make_mesh gives the same: True" in GPU["meshes"]
+def test_the_hybrid_mesh_puts_hosts_first_and_make_mesh_fails_on_two_slices():
+    assert (
+        "by slice_index: Number of slices 1 must equal the product of dcn_mesh_shape (2, 1)"
+        in GPU["meshes"]
+    )
+    hosts = "by process, hosts of ('replica', 'fsdp'):\n[[0 0 0 0 0 0 0 0]\n [1 1 1 1 1 1 1 1]]"
+    assert hosts in GPU["meshes"]
+    assert "make_mesh" not in GPU["meshes"]
     assert "hosts along fsdp:    [0 0 0 0 1 1 1 1]" in GPU["meshes"]
     assert "hosts along replica: [0 0]" in GPU["meshes"]
     assert "jax.make_mesh fails: AssertionError" in TPU["meshes"]
@@ -51,8 +60,8 @@ def test_hsdp_on_gpus_crosses_hosts_only_with_the_gradient_shards():
     lines = gpu_lines(GPU["hsdp"])
     crossing = [line for line in lines if line[3] == 2]
     assert crossing == [
-        ("all-reduce", "f32", "replica,fsdp", 2, 0.0),  # the loss
         ("all-reduce", "bf16", "replica", 2, 2.1),  # the gradient shards
+        ("all-reduce", "f32", "replica,fsdp", 2, 0.0),  # the loss
     ]
     assert all(line[2] == "fsdp" for line in lines if line[3] == 1)
     assert totals(GPU["hsdp"]) == [(31.8, 2.1)]
@@ -86,9 +95,10 @@ def test_xla_tpu_splits_collectives_over_slices_into_ici_and_dcn():
 
 def test_the_page_states_the_recorded_numbers():
     for claim in [
-        "2.1 MB go through a collective that\nspans the hosts",
+        "2.1 MB are sent in a collective that\nspans the hosts",
         "30.1 MB of 32.2 MB",
-        "everything crosses: 32.1 MB",
+        "every collective spans the hosts: 32.1 MB of 32.1 MB",
+        '`"2x1x8"`, is 2\npartitions of 1 host of 8 GPUs',
         "DCN carries 3.3 MB per\nchip in 7 transfers, against 2.1 MB in 3 for HSDP",
         "47.8 MB per step in all, 3.3 MB of it\n  over DCN, against 31.8 MB under HSDP",
     ]:

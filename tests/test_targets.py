@@ -140,7 +140,11 @@ def test_two_slices_each_device_says_its_slice_and_host():
     assert TARGETS["v5e-8x2"].slices == 2 and TARGETS["v5e-8x2"].backend == "XLA:TPU"
     assert [d.slice_index for d in devices] == [0] * 8 + [1] * 8
     assert [d.process_index for d in devices] == [0] * 8 + [1] * 8  # one host per v5e-8
-    gpus = target_devices("h100-16")  # XLA:GPU: one "slice" (NVLink domain) of 2 hosts
+    # XLA:GPU's "2x1x8": 2 partitions (NVLink domains) of 1 host, the first of each device's
+    # coords. On a cluster each H100 host is a partition, reported as slice_index; the
+    # compile-only devices report none, so slice_index is 0 for all of them.
+    gpus = target_devices("h100-16")
+    assert [d.coords[0] for d in gpus] == [d.process_index for d in gpus] == [0] * 8 + [1] * 8
     assert {d.slice_index for d in gpus} == {0} and TARGETS["h100-16"].slices == 1
 
 

@@ -3,8 +3,10 @@
 The site's MLP (1024 -> 4096 -> 1024, float32 parameters, bfloat16 compute, momentum SGD)
 trained on 16 GPUs, 2 hosts of 8: NVLink within a host, InfiniBand between them.
 `jaxpar.target_devices` gives the 16 compile-only H100s; each says which host it is on
-(`process_index`). A mesh ("replica", "fsdp") of shape (2, 8) puts the replicas across
-the hosts and the FSDP shards within each (HSDP); `jaxpar.compile_for` compiles the step
+(`process_index`). `mesh_utils.create_hybrid_device_mesh` builds a mesh ("replica",
+"fsdp") of shape (2, 8) that puts the replicas across the hosts and the FSDP shards within
+each (HSDP); on a cluster it groups the GPUs by `slice_index`, one slice per host, and
+here, where compile-only GPUs all say slice 0, by process. `jaxpar.compile_for` compiles the step
 for XLA:GPU on it, and `jaxpar.summarise` says which collectives span both hosts and how
 many bytes each GPU sends in them. Then the wrong layouts: the same axes in the other
 order, and FSDP over all 16 GPUs. Nothing runs: it compiles. Compile times go to
@@ -100,23 +102,29 @@ def report(summary):
 devices = target_devices("h100-16")
 print(TARGETS["h100-16"].description, f"({TARGETS['h100-16'].backend})")
 print("process_index:", [d.process_index for d in devices])
+print("coords[0]:    ", [d.coords[0] for d in devices])  # the partition: NVLink domain
 print("slice_index:  ", [d.slice_index for d in devices])
 # --8<-- [end:devices]
 
 # %% meshes
 # --8<-- [start:meshes]
-# HSDP's mesh: 2 replicas across the hosts, 8 FSDP shards within each.
-hybrid = jax.sharding.Mesh(
+# On the cluster each host is a slice of its own, and this is the whole call:
+#     mesh_utils.create_hybrid_device_mesh((1, 8), (2, 1))
+# These compile-only GPUs all say slice_index 0, so here it finds one slice:
+try:
+    mesh_utils.create_hybrid_device_mesh((1, 8), (2, 1), devices)
+except ValueError as error:
+    print("by slice_index:", error)
+# Here one process runs each host, so grouping by process gives the cluster's mesh.
+hsdp = jax.sharding.Mesh(
     mesh_utils.create_hybrid_device_mesh((1, 8), (2, 1), devices, process_is_granule=True),
     ("replica", "fsdp"),
     axis_types=AUTO,
 )
-print("create_hybrid_device_mesh, hosts of ('replica', 'fsdp'):")
-print(hosts_of(hybrid))
-# jax.make_mesh orders GPUs by id, host by host: the first axis is the one across hosts.
-hsdp = jax.make_mesh((2, 8), ("replica", "fsdp"), axis_types=AUTO, devices=devices)
-print("jax.make_mesh gives the same:", (hsdp.devices == hybrid.devices).all())
-swapped = jax.make_mesh((8, 2), ("fsdp", "replica"), axis_types=AUTO, devices=devices)
+print("by process, hosts of ('replica', 'fsdp'):")
+print(hosts_of(hsdp))
+# The GPUs in id order, host by host, reshaped with the axes the other way round.
+swapped = jax.sharding.Mesh(np.array(devices).reshape(8, 2), ("fsdp", "replica"), axis_types=AUTO)
 print("axes in the other order, ('fsdp', 'replica'):")
 print("  hosts along fsdp:   ", hosts_of(swapped)[:, 0])
 print("  hosts along replica:", hosts_of(swapped)[0, :])

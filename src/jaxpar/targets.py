@@ -80,7 +80,14 @@ TARGETS: dict[str, Target] = {
             16,
             2,
             80 * _GIB,
-            {"gpu": "NVIDIA H100 80GB HBM3", "topology": "1x2x8"},
+            # XLA:GPU's topology is partitions x hosts x GPUs, a partition being an NVLink
+            # domain. An H100 host is a domain of its own, and on a cluster XLA gives each
+            # host its own partition (xla/pjrt/distributed/topology_util.cc,
+            # BuildGlobalTopology), which the GPUs report as slice_index. With "1x2x8" (one
+            # domain of 2 hosts) XLA:GPU compiles a small all-reduce over both hosts as a
+            # one-shot Triton kernel; with "2x1x8" as the default collective. Compile-only
+            # devices report no partition (slice_index 0 for all); it is their coords[0].
+            {"gpu": "NVIDIA H100 80GB HBM3", "topology": "2x1x8"},
         ),
         Target(
             "h200-8",
