@@ -1,7 +1,7 @@
 """MkDocs hooks of the site: languages, English fallbacks, snippet notebooks, fast serving.
 
-Each part lives in a module of tools/sitetools/: codeblocks, diagrams, hant, i18n, includes,
-mathml, nbhtml, notebooks, serving, status, stylesheets, templates.
+Each part lives in a module of tools/sitetools/: calculator, codeblocks, diagrams, hant, i18n,
+includes, mathml, nbhtml, notebooks, serving, status, stylesheets, templates.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 from mkdocs.exceptions import PluginError
 from mkdocs.plugins import event_priority
 from sitetools import (
+    calculator,
     codeblocks,
     diagrams,
     hant,
@@ -78,7 +79,7 @@ def on_page_markdown(markdown, page, config, files):
         markdown = i18n.add_notice(markdown, language)
     if language.converted_from:  # 繁體中文: the 简体中文 page, converted
         markdown = hant.convert_markdown(markdown)
-    return markdown
+    return calculator.with_calculator(markdown)  # the memory calculator's formula and data
 
 
 def on_page_content(html, page, config, files):
