@@ -49,7 +49,7 @@ def test_the_stack_dumps_name_the_stuck_function_and_the_waiting_line():
     sleep = line_number("time.sleep(60)")
     load = line_number("local = load_batch(step)")
     run = line_number("value = lowered.compile()(batch)")
-    for case in ("hang", "barrier"):
+    for case in ("hang", "timeout", "barrier"):
         stuck = lines_of(case, "rank 1")
         assert stuck[1:] == [
             "Timeout (0:00:02)!",
@@ -60,11 +60,27 @@ def test_the_stack_dumps_name_the_stuck_function_and_the_waiting_line():
     assert waiting[1:] == ["Timeout (0:00:02)!", f'  File "stuck_task.py", line {run} in <module>']
 
 
+def test_xla_cpus_collective_timeout_ends_the_wait_without_naming_the_rank():
+    assert RECORDED["timeout"].startswith("exit status 1\n")
+    run = line_number("value = lowered.compile()(batch)")
+    rank0 = lines_of("timeout", "rank 0")
+    assert rank0[1:3] == ["Timeout (0:00:02)!", f'  File "stuck_task.py", line {run} in <module>']
+    assert f'  File "stuck_task.py", line {run}, in <module>' in rank0  # the traceback
+    assert rank0[-1].startswith("jax.errors.JaxRuntimeError: UNKNOWN: Gloo all-reduce failed")
+    assert rank0[-1].endswith("Timed out waiting 4000ms for recv operation to complete")
+    assert lines_of("timeout", "launch") == [
+        "rank 0 exited with status 1; stopping the other ranks."
+    ]
+    assert "--xla_cpu_collective_timeout_seconds=4" in (SNIPPETS / "stuck_rank.py").read_text(
+        encoding="utf-8"
+    )
+
+
 def test_the_barrier_turns_the_hang_into_an_error_naming_the_stuck_rank():
     assert RECORDED["barrier"].startswith("exit status 1\n")
     rank0 = lines_of("barrier", "rank 0")
     assert rank0[-1] == (
-        "jaxpar.barriers.BarrierTimeoutError: rank 0 waited 4 s at barrier 'step 1' for "
+        "jaxpar.barriers.BarrierTimeoutError: rank 0 waited 4 s at barrier 'step' for "
         "ranks [1], which never arrived: look at what they were doing (their stacks)."
     )
     assert f'  File "stuck_task.py", line {line_number("timeout_s=4")}, in <module>' in rank0
@@ -105,7 +121,8 @@ def test_the_tasks_own_recording_is_what_stuck_rank_shows_for_a_normal_step():
 
 def test_the_page_states_the_recorded_numbers():
     assert "stuck_rank.out:hang" in PAGE and "stuck_rank.out:checked" in PAGE
-    for number in ("0.8750", "1.1667", "status 130", "4 s", "2 s"):
+    assert "stuck_rank.out:timeout" in PAGE
+    for number in ("0.8750", "1.1667", "status 130", "4 s", "2 s", "1800 s", "100 s"):
         assert number in PAGE, number
 
 
@@ -141,7 +158,8 @@ TWO_RANKS = textwrap.dedent(
     rank = jax.process_index()
     check_same_program(jax.jit(jnp.sin).lower(jnp.ones(3)), "sin")  # the same: passes
     barrier("in time", timeout_s=30)
-    barrier("in time", timeout_s=30)  # a name may be used again
+    barrier("in time", timeout_s=30)  # a name may be used again, and again
+    barrier("in time", timeout_s=30)
     if rank == 1:
         time.sleep(2)
     try:

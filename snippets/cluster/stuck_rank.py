@@ -1,8 +1,9 @@
 """A rank that is alive but stuck, and ranks that run different programs: what happens, and jaxpar's checks.
 
 Runs `stuck_task.py` (beside it) under `python -m jaxpar.launch --nproc 2` once per case,
-all at the same time, and prints what each rank wrote, rank by rank: the launcher
-interleaves the ranks' lines as they come. Stack dumps keep only the frames of
+all at the same time (the `hang` case twice: once more with XLA:CPU's collective timeout
+cut to 4 s), and prints what each rank wrote, rank by rank: the launcher interleaves the
+ranks' lines as they come. Stack dumps keep only the frames of
 `stuck_task.py` (a real dump also shows JAX's, the runner's and every other thread's), and
 tracebacks the script's lines.
 """
@@ -13,6 +14,7 @@ jax.config.update("jax_num_cpu_devices", 8)
 
 # %% launch
 # --8<-- [start:launch]
+import os
 import re
 import signal
 import subprocess
@@ -23,11 +25,15 @@ from pathlib import Path
 TASK = Path(globals().get("__file__", "stuck_task.py")).resolve().parent / "stuck_task.py"
 
 
-def launch(case: str) -> subprocess.Popen:
-    """Start `python -m jaxpar.launch --nproc 2 ... stuck_task.py CASE`, as a reader would."""
+def launch(case: str, xla_flags: str = "") -> subprocess.Popen:
+    """Start `XLA_FLAGS=... python -m jaxpar.launch --nproc 2 ... stuck_task.py CASE`, as a
+    reader would; every rank inherits the launcher's environment, XLA_FLAGS included."""
     command = [sys.executable, "-m", "jaxpar.launch", "--nproc", "2"]
     command += ["--devices-per-process", "1", "--timeout", "60", TASK.name, case]
-    return subprocess.Popen(command, cwd=TASK.parent, text=True,
+    env = dict(os.environ)
+    if xla_flags:  # after the flags already set, if any
+        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {xla_flags}".strip()
+    return subprocess.Popen(command, cwd=TASK.parent, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
 
 
@@ -75,12 +81,19 @@ def show(run: subprocess.Popen, output: str | None = None) -> None:
 
 # Every case at once: each mostly waits.
 runs = {case: launch(case) for case in ("hang", "barrier", "names", "uneven", "checked")}
+# The same stuck rank, with XLA:CPU's collective timeout cut from 30 minutes to 4 s.
+runs["timeout"] = launch("hang", xla_flags="--xla_cpu_collective_timeout_seconds=4")
 # --8<-- [end:launch]
 
 # %% hang
 # --8<-- [start:hang]
 show(runs["hang"], interrupt_after_dumps(runs["hang"]))
 # --8<-- [end:hang]
+
+# %% timeout
+# --8<-- [start:timeout]
+show(runs["timeout"])
+# --8<-- [end:timeout]
 
 # %% barrier
 # --8<-- [start:barrier]

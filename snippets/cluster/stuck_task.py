@@ -52,7 +52,7 @@ for step in range(2 if CASE in ("hang", "barrier") else 1):
     local = load_batch(step)
     batch = jax.make_array_from_process_local_data(NamedSharding(mesh, P("data")), local)
     if CASE == "barrier":
-        barrier(f"step {step}", timeout_s=4)  # in every rank, before the step's collectives
+        barrier("step", timeout_s=4)  # in every rank, before the step's collectives
     try:
         if CASE == "names":
             multihost_utils.sync_global_devices("after load" if rank == 0 else "after save")

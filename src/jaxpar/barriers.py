@@ -1,9 +1,11 @@
 """A named barrier with a timeout: a rank that never arrives becomes an error that names it.
 
-A collective has no timeout a script can set (XLA:CPU waits 30 minutes), and JAX's own
-barrier, ``multihost_utils.sync_global_devices``, is a collective too. This one waits in
-JAX's coordination service instead, the process that ``jax.distributed.initialize``
-started: it gives up after ``timeout_s`` in every rank, and says which ranks never came.
+A collective's timeout, where there is one, is the whole process's and the backend's
+(XLA:CPU's ``--xla_cpu_collective_timeout_seconds`` in ``XLA_FLAGS``, 30 minutes by
+default; NCCL's collectives can wait for ever), and JAX's own barrier,
+``multihost_utils.sync_global_devices``, is a collective too. This one waits in JAX's
+coordination service instead, the server that ``jax.distributed.initialize`` started: it
+gives up after ``timeout_s`` in every rank that waits, and says which ranks never came.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ def barrier(name: str, timeout_s: float) -> None:
 
     Every rank must call it, with the same name, the same number of times. A rank stuck
     before it (in data loading, a deadlock, a slow file system) then turns into an error
-    in every rank instead of a silent wait in the next collective. Each call is a round
+    in the ranks that wait for it, instead of a silent wait in the next collective; the
+    stuck rank itself raises only if it reaches the barrier later. Each call is a round
     trip to the coordinator, in rank 0's process: put it where a step starts, or every
     few steps, never inside jitted code.
 
@@ -36,13 +39,15 @@ def barrier(name: str, timeout_s: float) -> None:
         ```python
         from jaxpar import barrier
 
-        for step in range(3):
-            barrier(f"step {step}", timeout_s=60)
+        for _ in range(3):  # the steps of a loop: one name for all of them
+            barrier("step", timeout_s=60)
         ```
 
     Args:
         name: names the barrier in the error; ranks that pass different names wait for
-            each other until the timeout.
+            each other until the timeout. A name can be used again once every rank has
+            passed it: in a loop, prefer a fixed name to one per step, which leaves a
+            key per rank in the coordination service at every step.
         timeout_s: how long to wait for the slowest rank, in seconds.
 
     Raises:

@@ -34,8 +34,12 @@ def check_same_program(
     Call it in every rank, with what ``jax.jit(f).lower(*args)`` (or ``.compile()``)
     gave, before running the program: it gathers a digest of each rank's program text
     and its argument shapes through one small collective. That collective has the same
-    size in every rank, so it cannot hang or mix data however much the programs differ.
-    Lowering costs a trace, not a compilation; check once per new shape, not every step.
+    size in every rank, so it cannot hang or mix data however much the programs differ;
+    like any collective, it hangs if a rank never calls it. Lowering costs a trace, not
+    a compilation; check once per new shape, not every step. A lowered program is the
+    StableHLO that JAX hands to XLA, so what differs only when XLA compiles it (an
+    ``XLA_FLAGS`` set differently on some hosts) shows only in the compiled text, if at
+    all.
 
     Examples:
         In every rank of a run started by ``python -m jaxpar.launch``; in one process, as
