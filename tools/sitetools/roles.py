@@ -15,22 +15,25 @@ import functools
 import re
 
 ROLE = re.compile(r":(?:func|class|meth|attr|data|mod|obj):<code>([\w.]+)</code>")
+ENTRY = re.compile(r"^::: jaxpar\.(\w+)$", re.MULTILINE)  # an API page's entry for a name
 
 
 @functools.cache
 def documented() -> dict[str, str]:
-    """Every documented name, ``Class.member`` included, -> ``page/#anchor`` under api/."""
+    """Every documented name, ``Class.member`` included, -> ``page/#anchor`` under api/: the
+    page is the one whose ``::: jaxpar.NAME`` line documents it."""
     import jaxpar
+    from sitetools import REPO
 
     found = {}
-    for name in jaxpar.__all__:
-        module = jaxpar._MODULE_OF[name].removeprefix("jaxpar.")
-        found[name] = f"{module}/#jaxpar.{name}"
-        value = getattr(jaxpar, name)
-        if isinstance(value, type):  # its methods and properties, and a dataclass's fields
-            for member in [*vars(value), *getattr(value, "__dataclass_fields__", {})]:
-                if not member.startswith("_"):
-                    found[f"{name}.{member}"] = f"{module}/#jaxpar.{name}.{member}"
+    for page in sorted((REPO / "docs/en/api").glob("*.md")):
+        for name in ENTRY.findall(page.read_text(encoding="utf-8")):
+            found[name] = f"{page.stem}/#jaxpar.{name}"
+            value = getattr(jaxpar, name, None)
+            if isinstance(value, type):  # its methods and properties, a dataclass's fields
+                for member in [*vars(value), *getattr(value, "__dataclass_fields__", {})]:
+                    if not member.startswith("_"):
+                        found[f"{name}.{member}"] = f"{page.stem}/#jaxpar.{name}.{member}"
     return found
 
 
