@@ -176,7 +176,7 @@
   const targetSelect = field("target");
   for (const [name, target] of Object.entries(targets)) {
     const option = new Option(
-      `${name}: ${target.devices} × ${gib(target.memory_bytes)} GiB (${target.backend})`,
+      `${name} (${target.devices} × ${gib(target.memory_bytes)} GiB)`,
       name,
     );
     targetSelect.add(option);
