@@ -251,26 +251,55 @@ tpu_vms = [
 jobs["tpu_vm"] = start(tpu_vms, accelerators_on_node=4)
 # --8<-- [end:tpu_vm]
 
-# %% results
-JOBS = {  # what each job stands for, and the variables shown beside its processes' lines
-    "slurm_per_node": ("SLURM, --nodes=2 --ntasks-per-node=1 --gpus-per-node=8",
-                       ("SLURM_PROCID", "SLURM_LOCALID")),
-    "slurm_per_node_fixed": ("the same, with JAX_LOCAL_DEVICE_IDS=0,1,2,3,4,5,6,7",
-                             ("SLURM_PROCID", "SLURM_LOCALID")),
-    "slurm_per_gpu": ("SLURM, --nodes=1 --ntasks-per-node=2 --gpus-per-node=2 (part of a node)",
-                      ("SLURM_PROCID", "SLURM_LOCALID")),
-    "salloc": ("SLURM, python startup_check.py in salloc's shell, without srun", ()),
-    "ompi4_per_node": ("Open MPI 4, mpirun -np 2 --map-by ppr:1:node -x JAX_LOCAL_DEVICE_IDS",
-                       ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK")),
-    "ompi5": ("Open MPI 5, mpirun -np 1, without mpi4py", ()),
-    "k8s_plain": ("Kubernetes, a pod that is not part of an indexed Job", ()),
-    "k8s_indexed": ("Kubernetes, an indexed Job of 2 pods", ("JOB_COMPLETION_INDEX",)),
-    "tpu_two_slices": ("TPU on GKE, 2 slices of 2 hosts, 4 chips each (v5p-16)",
-                       ("MEGASCALE_SLICE_ID", "TPU_WORKER_ID")),
-    "tpu_vm": ("TPU VMs, gcloud compute tpus tpu-vm ssh --worker=all: 1 slice of 2 hosts", ()),
-}  # fmt: skip
-for name, job in jobs.items():
-    title, shown = JOBS[name]
-    print(f"# --8<-- [start:{name}]")
-    show(title, job, shown)
-    print(f"# --8<-- [end:{name}]")
+# Every job runs alongside the others; each cell below waits for one and prints its lines,
+# with the variables named that tell its processes apart.
+
+# %% slurm_per_node
+show(
+    "SLURM, --nodes=2 --ntasks-per-node=1 --gpus-per-node=8",
+    jobs["slurm_per_node"],
+    ("SLURM_PROCID", "SLURM_LOCALID"),
+)
+
+# %% slurm_per_node_fixed
+show(
+    "the same, with JAX_LOCAL_DEVICE_IDS=0,1,2,3,4,5,6,7",
+    jobs["slurm_per_node_fixed"],
+    ("SLURM_PROCID", "SLURM_LOCALID"),
+)
+
+# %% slurm_per_gpu
+show(
+    "SLURM, --nodes=1 --ntasks-per-node=2 --gpus-per-node=2 (part of a node)",
+    jobs["slurm_per_gpu"],
+    ("SLURM_PROCID", "SLURM_LOCALID"),
+)
+
+# %% salloc_without_srun
+show("SLURM, python startup_check.py in salloc's shell, without srun", jobs["salloc"])
+
+# %% ompi4_per_node
+show(
+    "Open MPI 4, mpirun -np 2 --map-by ppr:1:node -x JAX_LOCAL_DEVICE_IDS",
+    jobs["ompi4_per_node"],
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"),
+)
+
+# %% ompi5
+show("Open MPI 5, mpirun -np 1, without mpi4py", jobs["ompi5"])
+
+# %% k8s_plain
+show("Kubernetes, a pod that is not part of an indexed Job", jobs["k8s_plain"])
+
+# %% k8s_indexed
+show("Kubernetes, an indexed Job of 2 pods", jobs["k8s_indexed"], ("JOB_COMPLETION_INDEX",))
+
+# %% tpu_two_slices
+show(
+    "TPU on GKE, 2 slices of 2 hosts, 4 chips each (v5p-16)",
+    jobs["tpu_two_slices"],
+    ("MEGASCALE_SLICE_ID", "TPU_WORKER_ID"),
+)
+
+# %% tpu_vms
+show("TPU VMs, gcloud compute tpus tpu-vm ssh --worker=all: 1 slice of 2 hosts", jobs["tpu_vm"])
