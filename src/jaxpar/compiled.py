@@ -224,7 +224,7 @@ class CompiledSummary:
 
     def sent_bytes(self, *, across: str | None = None) -> int | None:
         """The bytes each device sends per call, by the ring model of
-        :attr:`Collective.sent_bytes`, times each collective's :attr:`~Collective.runs`.
+        :attr:`Collective.sent_bytes`, times each collective's :attr:`Collective.runs`.
 
         A collective whose group spans two hosts goes at the pace of the slowest link in
         it, the network between the hosts, for all its bytes: ``across="hosts"`` sums
