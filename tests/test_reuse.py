@@ -115,8 +115,9 @@ def keys(files: dict[str, str]) -> dict[str, str]:
         ("src/jaxpar/batching.py", API),
         ("src/jaxpar/compiled.py", API),
         # its code: what runs it (a code edit changes both the module and its code)
-        # gpt.py uses jaxpar.summarise, and the parser's tests test it
-        ("src/jaxpar/compiled.py#code", API | {"snippet gpt", "parser"}),
+        # gpt.py uses jaxpar.summarise, and the parser's tests test it; so do snippets that
+        # run on fewer devices (across_hosts.py)
+        ("src/jaxpar/compiled.py#code", API | {"snippet gpt", "parser", "fewer devices"}),
         ("tests/hlo/fsdp8_gpu.txt", {"parser"}),  # recorded HLO: only the parser's tests
         ("src/jaxpar/launch.py#code", API | {"launcher"}),
         ("tools/sitetools/snippets.py", set(TESTS) - {"launcher", "parser"}),  # the runner

@@ -290,7 +290,10 @@ def fewer_device_runs(root: Path = SNIPPETS_DIR) -> dict[int, list[Path]]:
     adapting = [
         s
         for s in discover(root)
-        if launch_arguments(s) is None and needed_devices(s) is None and uses_devices(s)
+        if launch_arguments(s) is None
+        and needed_devices(s) is None
+        and checked_through(s) is None  # run by another, in the environment it needs
+        and uses_devices(s)
     ]
     return {count: adapting[turn :: len(FEWER_DEVICES)] for turn, count in enumerate(FEWER_DEVICES)}
 
