@@ -156,6 +156,15 @@ def test_each_language_has_its_own_search_index(site):
     assert HANGUL.search(titles["ko"]), titles
 
 
+def test_the_api_docstrings_are_in_the_english_search_index_only(site):
+    """sitetools.apisearch: each entry keeps its title everywhere, its English text in English."""
+    for code in LANGUAGES:
+        docs = {d["location"]: d for d in search_index(site, code)["docs"]}
+        entry = docs["api/targets/#jaxpar.compile_for"]
+        assert "compile_for(target, function" in entry["title"], (code, entry["title"])
+        assert ("as if this machine had them" in entry["text"]) == (code == "en"), code
+
+
 def test_chinese_search_index_is_segmented_by_jieba(site):
     index = search_index(site, "zh")
     text = " ".join(doc["text"] for doc in index["docs"])

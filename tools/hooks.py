@@ -1,6 +1,6 @@
 """MkDocs hooks of the site: languages, English fallbacks, snippet notebooks, fast serving.
 
-Each part lives in a module of tools/sitetools/: calculator, codeblocks, diagrams, hant, i18n,
+Each part lives in a module of tools/sitetools/: apisearch, calculator, codeblocks, diagrams, hant, i18n,
 includes, mathml, nbhtml, notebooks, serving, status, stylesheets, templates.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 from mkdocs.exceptions import PluginError
 from mkdocs.plugins import event_priority
 from sitetools import (
+    apisearch,
     calculator,
     codeblocks,
     diagrams,
@@ -124,5 +125,6 @@ def on_post_build(config):
         diagrams.drop_unused_mermaid(config.site_dir)
     language = i18n.language_of(config)
     serving.merge_search_index(config, language.code)  # runs after the search plugin's
+    apisearch.leave_out_docstrings(config.site_dir, language.code)
     if language.code == i18n.SOURCE_LANGUAGE:
         i18n.build_other_languages(config, serving.state)
