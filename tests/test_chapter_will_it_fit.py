@@ -74,8 +74,11 @@ def test_the_table_is_the_recorded_grid(code):
         assert model == MODELS[cell["model"]]
         assert target == f"`{cell['target']}` {TARGETS[cell['target']].backend}"
         assert formula == gib(cell["formula"]["total"]), (row, cell)
-        numbers = re.findall(r"\d+", " ".join(row[2:4]))  # layout; batch = micro-batches × size
         training = cell["training"]
+        # bfloat16 compute unless the batch cell says float32
+        assert ("float32" in row[3]) == (training.get("compute") == "float32"), (row, cell)
+        layout_and_batch = " ".join(row[2:4]).replace("float32", "")
+        numbers = re.findall(r"\d+", layout_and_batch)  # layout; batch = micro-batches × size
         expected = [*map(str, cell["layout"].values()), str(training["batch"])]
         if (micro := training.get("microbatches", 1)) > 1:
             expected += [str(micro), str(training["batch"] // micro)]

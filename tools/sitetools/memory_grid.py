@@ -38,6 +38,8 @@ CELLS: list[tuple[str, str, dict[str, int], dict[str, Any]]] = [
     ("llama-3.1-8b", "h100-8", {"fsdp": 2, "tensor": 4}, {"batch": 8, "remat": "full"}),
     ("llama-3.1-8b", "h100-16", {"data": 2, "fsdp": 8}, {"batch": 32, "remat": "full"}),
     ("llama-3.1-8b", "v5e-8", {"fsdp": 8}, {"batch": 8, "remat": "full"}),
+    ("llama-3.2-1b", "h100-8", {"tensor": 8}, {"batch": 4, "remat": "none"}),
+    ("llama-3.2-1b", "h100-8", {"fsdp": 8}, {"batch": 16, "compute": "float32", "remat": "full"}),
 ]
 """The grid: each cell a model, a target, a layout and the training settings."""
 
