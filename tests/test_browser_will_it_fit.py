@@ -76,7 +76,7 @@ def shown(page) -> dict[str, tuple[str, int | None]]:
 @pytest.mark.parametrize("case", CASES)
 def test_the_calculator_shows_what_plan_memory_gives(page, base_url, case):
     inputs, (decoder, layout, training, target) = CASES[case]
-    code = "zh" if case == "the defaults" else "en"  # a fallback page works the same
+    code = "zh" if case == "the defaults" else "en"  # a translated page: its own messages
     page.goto(base_url + prefix(code) + PAGE, wait_until="load")
     set_inputs(page, inputs)
     expected = plan_memory(decoder, layout, training, target)
@@ -87,10 +87,12 @@ def test_the_calculator_shows_what_plan_memory_gives(page, base_url, case):
         assert text == f"{size / 2**30:.2f} GiB", (term, text)
     assert rows["memory"] == [f"{expected.memory_bytes / 2**30:.2f} GiB", expected.memory_bytes]
     verdict = page.inner_text("#memory-plan .memory-plan__verdict")
-    left = abs(expected.headroom) / 2**30
-    assert f"{left:.2f} GiB" in verdict and verdict.startswith(
-        "Fits" if expected.fits else "Does not fit"
+    left = f"{abs(expected.headroom) / 2**30:.2f}"
+    memory = f"{expected.memory_bytes / 2**30:.2f}"
+    message = page.get_attribute(
+        "#memory-plan", "data-msg-fits" if expected.fits else "data-msg-short"
     )
+    assert verdict.startswith(message.format(left=left, short=left, memory=memory)), verdict
     assert page.errors == []
 
 

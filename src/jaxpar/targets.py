@@ -16,13 +16,14 @@ site's ``make`` installs them into ``.venv/xla-compilers``; elsewhere install th
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import math
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -198,8 +199,9 @@ def compile_for(
     timing, and no ``cost_analysis()`` on XLA:GPU. The result cannot run here.
 
     Compiling for a TPU sets ``TPU_ACCELERATOR_TYPE``, ``TPU_WORKER_HOSTNAMES`` and
-    ``ALLOW_MULTIPLE_LIBTPU_LOAD`` in this process's environment where they are unset,
-    which silences libtpu's search for a TPU and lets several processes compile at once.
+    ``ALLOW_MULTIPLE_LIBTPU_LOAD`` where they are unset while libtpu loads and describes
+    the TPU, which silences its search for a TPU and lets several processes compile at
+    once; the process's environment is as it was afterwards.
     A sharding other than a ``NamedSharding`` (an array on one device) becomes replicated
     on the target. Memory kinds are lost: compile-only devices list no memories in jax
     0.12.0.1, so an argument offloaded to ``pinned_host`` compiles as if in device memory.
@@ -330,9 +332,11 @@ def target_devices(target: str) -> tuple[jax.Device, ...]:
     else:
         from jax._src import xla_bridge
 
-        _load_libtpu()
         name = topology.pop("tpu")
-        devices = xla_bridge.make_pjrt_tpu_topology(name, **topology)._make_compile_only_devices()
+        with _libtpu_environment():
+            _load_libtpu()
+            topology = xla_bridge.make_pjrt_tpu_topology(name, **topology)
+        devices = topology._make_compile_only_devices()
     return tuple(devices)
 
 
@@ -416,6 +420,30 @@ def _gpu_spec(description: str) -> str:
     return specs[description]
 
 
+# Without the first two libtpu looks for a TPU VM's metadata and prints five warnings;
+# they only name the hosts, and change nothing in what it compiles. libtpu locks
+# /tmp/libtpu_lockfile so that one process owns a TPU; with no TPU to own, several
+# processes (test workers, two scripts) may compile at once.
+LIBTPU_ENVIRONMENT = {
+    "TPU_ACCELERATOR_TYPE": "v5litepod-8",
+    "TPU_WORKER_HOSTNAMES": "localhost",
+    "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
+}
+
+
+@contextlib.contextmanager
+def _libtpu_environment() -> Iterator[None]:
+    """:data:`LIBTPU_ENVIRONMENT` where the variables are unset, while libtpu loads and
+    makes a topology, and the process's environment as it was afterwards."""
+    added = [name for name in LIBTPU_ENVIRONMENT if name not in os.environ]
+    os.environ.update({name: LIBTPU_ENVIRONMENT[name] for name in added})
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
+
+
 @functools.cache
 def _load_libtpu() -> None:
     from jax._src.lib import xla_client
@@ -425,13 +453,6 @@ def _load_libtpu() -> None:
     path = _find("libtpu/libtpu.so", "libtpu") if sys.platform == "linux" else None
     if path is None:
         raise _missing("TPUs", "libtpu==0.0.50.1 (the release jax[tpu] pins)")
-    # Without these libtpu looks for a TPU VM's metadata and prints five warnings; they only
-    # name the hosts, and change nothing in what it compiles.
-    os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-8")
-    os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
-    # libtpu locks /tmp/libtpu_lockfile so that one process owns a TPU; with no TPU to own,
-    # several processes (test workers, two scripts) may compile at once.
-    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     xla_client.load_pjrt_plugin_dynamically("tpu", str(path))
 
 
