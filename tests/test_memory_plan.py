@@ -220,76 +220,52 @@ def test_arguments_of_the_wrong_kind_are_refused():
         training_step(LLAMA_3_2_1B, Parallelism(tensor=3), Training(batch=1))
 
 
-# The formula against XLA: Llama 3.2 1B's real shapes (a compile costs the same at any depth:
-# the layers are one lax.scan), per device, over layouts x remat x compute dtype x
-# micro-batches, on XLA:GPU (8 H100s) and XLA:TPU (v5e-8). About 10 s a compile for the GPU,
-# 35 s for the TPU.
-GRID = [
-    ("h100-8", Parallelism(data=8), Training(batch=8, remat="none")),
-    ("h100-8", Parallelism(fsdp=8), Training(batch=32, microbatches=2, remat="full")),
-    ("h100-8", Parallelism(tensor=8), Training(batch=2, remat="none")),
-    ("h100-8", Parallelism(fsdp=2, tensor=4), Training(batch=4, compute="float32", remat="full")),
-    ("h100-8", Parallelism(fsdp=8), Training(batch=8, compute="float32", remat="none")),
-    # About 35 s each: two of XLA:TPU's, where the formula is low (see TOLERANCE).
-    ("v5e-8", Parallelism(fsdp=8), Training(batch=8, remat="none")),
-    ("v5e-8", Parallelism(fsdp=4, tensor=2), Training(batch=16, microbatches=2, remat="full")),
-]
-
-
-@pytest.mark.parametrize(
-    ("target", "layout", "training"), GRID, ids=[f"{t}-{p}-{s}" for t, p, s in GRID]
-)
-def test_the_formula_agrees_with_xla_within_the_tolerance(target, layout, training):
-    from jaxpar import fits
-
-    plan = plan_memory(LLAMA_3_2_1B, layout, training, target)
-    step, args = training_step(LLAMA_3_2_1B, layout, training)
-    report = fits(target, step, *args)
-    summary = report.summary
-    # The arguments are exact: parameters, optimizer state and batch, as the formula counts
-    # them (XLA:TPU pads scalars and the step count to its tiles: a few hundred bytes).
-    arguments = sum(plan.terms[t] for t in ("parameters", "optimizer", "batch_inputs"))
-    assert 0 <= summary.argument_bytes - arguments < 4096
-    assert summary.alias_bytes >= plan.terms["parameters"] + plan.terms["optimizer"] - 4096
-    assert abs(plan.total / report.total_bytes - 1) <= module.TOLERANCE[report.backend], (
-        plan.total,
-        report.total_bytes,
-    )
-    assert report.fits == plan.fits
-    if report.backend == "XLA:TPU":  # a lower bound there
-        assert plan.total < report.total_bytes
-
-
-def recorded_grid() -> list[dict]:
+def recorded(kind: str = "cells") -> list[dict]:
+    """The recorded grid (``cells``: the page's) or the wider one the tests hold to the same
+    tolerances (``checks``)."""
     from sitetools.memory_grid import GRID_FILE
 
-    return json.loads(GRID_FILE.read_text(encoding="utf-8"))["cells"]
+    return json.loads(GRID_FILE.read_text(encoding="utf-8"))[kind]
 
 
-def test_the_recorded_grid_holds_the_formulas_numbers_and_agrees_with_xla():
-    from sitetools.memory_grid import CELLS, formula_cell
+@pytest.mark.parametrize("kind", ["cells", "checks"])
+def test_the_formula_agrees_with_what_xla_planned_within_the_tolerance(kind):
+    from sitetools.memory_grid import CELLS, CHECKS
 
     from jaxpar import TARGETS
 
-    cells = recorded_grid()
-    assert [(c["model"], c["target"], c["layout"], c["training"]) for c in cells] == [
-        (model, target, layout, training) for model, target, layout, training in CELLS
-    ]
+    cells = recorded(kind)
+    grid = CELLS if kind == "cells" else CHECKS
+    assert [(c["model"], c["target"], c["layout"], c["training"]) for c in cells] == grid
     for cell in cells:
-        args = (cell["model"], cell["target"], cell["layout"], cell["training"])
-        assert cell["formula"] == formula_cell(*args), args
-        if "error" in cell["xla"]:  # XLA:TPU refused to compile: the formula must agree
-            assert "RESOURCE_EXHAUSTED" in cell["xla"]["error"]
-            assert cell["formula"]["total"] > cell["formula"]["memory_bytes"], args
+        decoder = {"llama-3.2-1b": LLAMA_3_2_1B, "llama-3.1-8b": LLAMA_3_1_8B}[cell["model"]]
+        plan = plan_memory(
+            decoder, Parallelism(**cell["layout"]), Training(**cell["training"]), cell["target"]
+        )
+        assert cell["formula"] == {
+            "terms": plan.terms, "total": plan.total, "memory_bytes": plan.memory_bytes
+        }, cell  # fmt: skip
+        xla = cell["xla"]
+        if "error" in xla:  # XLA:TPU refused to compile: the formula must agree
+            assert "RESOURCE_EXHAUSTED" in xla["error"] and not plan.fits, cell
             continue
-        ratio = cell["formula"]["total"] / cell["xla"]["total_bytes"]
-        assert abs(ratio - 1) <= module.TOLERANCE[TARGETS[cell["target"]].backend], (args, ratio)
+        # The arguments are exact: parameters, optimizer state and batch, as the formula
+        # counts them (XLA:TPU pads scalars and the step count to its tiles: a few hundred
+        # bytes); the donated state is aliased.
+        arguments = sum(plan.terms[t] for t in ("parameters", "optimizer", "batch_inputs"))
+        assert 0 <= xla["argument_bytes"] - arguments < 4096, cell
+        assert xla["alias_bytes"] >= plan.terms["parameters"] + plan.terms["optimizer"] - 4096
+        backend = TARGETS[cell["target"]].backend
+        assert abs(plan.total / xla["total_bytes"] - 1) <= module.TOLERANCE[backend], cell
+        if backend == "XLA:TPU":  # a lower bound there
+            assert plan.total < xla["total_bytes"], cell
 
 
-@pytest.mark.parametrize("index", [1, 7], ids=["1B-h100-8-fsdp-full", "8B-h100-8-fsdp-full"])
+# About 10 s to compile for XLA:GPU, 35 s for XLA:TPU: one of each.
+@pytest.mark.parametrize("index", [1, 5], ids=["1B-h100-8-fsdp-full", "1B-v5e-8-fsdp-full"])
 def test_recorded_xla_numbers_are_what_xla_plans_today(index):
     from sitetools.memory_grid import xla_cell
 
-    cell = recorded_grid()[index]
+    cell = recorded()[index]
     fresh = xla_cell(cell["model"], cell["target"], cell["layout"], cell["training"])
     assert fresh == cell["xla"], "re-record with PYTHONPATH=tools python -m sitetools.memory_grid"
