@@ -156,6 +156,15 @@ def test_each_language_has_its_own_search_index(site):
     assert HANGUL.search(titles["ko"]), titles
 
 
+def test_the_repository_link_asks_nothing_of_github(site):
+    """overrides/partials/source.html: the header links the repository without Material's
+    widget, which would ask api.github.com for its stars and forks on every page."""
+    for code in LANGUAGES:
+        html = (language_root(site, code) / "index.html").read_text(encoding="utf-8")
+        assert 'class="md-source"' in html, code
+        assert 'data-md-component="source"' not in html, code
+
+
 def test_the_api_docstrings_are_in_the_english_search_index_only(site):
     """sitetools.apisearch: each entry keeps its title everywhere, its English text in English."""
     for code in LANGUAGES:
