@@ -66,7 +66,7 @@ def prefix(code: str) -> str:
 
 
 class SiteHandler(http.server.SimpleHTTPRequestHandler):
-    """Static files, and the language's 404 page for unknown paths, as GitHub Pages does."""
+    """Static files, and the root's 404 page for every unknown path, as GitHub Pages does."""
 
     def log_message(self, *args):  # keep test output quiet
         pass
@@ -74,9 +74,7 @@ class SiteHandler(http.server.SimpleHTTPRequestHandler):
     def send_error(self, code, message=None, explain=None):
         if code != 404:
             return super().send_error(code, message, explain)
-        first = self.path.strip("/").split("/")[0]
-        page = Path(self.directory) / (first if first in LANGUAGES[1:] else "") / "404.html"
-        body = page.read_bytes()
+        body = (Path(self.directory) / "404.html").read_bytes()
         self.send_response(404)
         self.send_header("Content-Type", "text/html; charset=utf-8")
         self.send_header("Content-Length", str(len(body)))
@@ -266,7 +264,11 @@ def drawn_diagrams(page) -> list[str]:
 def check_loaded_files(page, base_url: str, site: Path, code: str, kind: str) -> None:
     """The page loaded nothing beyond what sitetools.weight counts (test_site checks that
     sum against the byte budget)."""
-    html = site / prefix(code) / ("404.html" if kind == "404" else PAGE_TYPES[kind] + "index.html")
+    html = (
+        site / "404.html"
+        if kind == "404"
+        else site / prefix(code) / PAGE_TYPES[kind] / "index.html"
+    )
     counted = loaded_files(site, html)
     assert len(page.requested) >= 5, page.requested  # the page, its styles and scripts
     for url in page.requested:
@@ -305,9 +307,12 @@ def test_page_loads_cleanly_and_accessibly(page, base_url, site, code, kind):
     from axe_playwright_python.sync_playwright import Axe
 
     response = page.goto(base_url + prefix(code) + PAGE_TYPES[kind], wait_until="load")
-    if kind == "404":  # the language's own 404 page, with its status
+    if kind == "404":  # the root's 404 page, in every language: the page's own is there
         assert response.status == 404
-        assert page.locator("h1").first.inner_text().strip() == "404 - Not found"
+        assert page.locator("h1").first.inner_text().strip() == "404"
+        homes = page.eval_on_selector_all(".jaxpar-not-found a", "as => as.map(a => a.href)")
+        assert homes == [base_url + prefix(other) for other in LANGUAGES], homes
+        assert page.locator(f'.jaxpar-not-found[lang="{TAGS[code]}"] a').count() == 1
     diagrams = drawn_diagrams(page)
     if kind == "tutorial":  # drawn, with labels in the page's language (test_drawings
         # checks the markup of every page; one page shows that browsers draw it)
@@ -317,7 +322,8 @@ def test_page_loads_cleanly_and_accessibly(page, base_url, site, code, kind):
         check_notebook_download(page)
     check_loaded_files(page, base_url, site, code, kind)
     check_search_index_waits_for_load(page)
-    assert page.evaluate("document.documentElement.lang") == TAGS[code]
+    lang = TAGS[LANGUAGES[0]] if kind == "404" else TAGS[code]  # the root's 404 page
+    assert page.evaluate("document.documentElement.lang") == lang
     if kind not in AXE_IN_FIRST_LANGUAGE_ONLY or code == LANGUAGES[0]:
         # Every rule (color-contrast in the first language), with details of the violations
         # only (twice as fast on the API page).

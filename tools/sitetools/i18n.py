@@ -17,6 +17,7 @@ import multiprocessing.connection
 import os
 import re
 import shutil
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -154,6 +155,29 @@ def configure(config: MkDocsConfig, language: Language) -> None:
     english = load_languages()[SOURCE_LANGUAGE]
     config.extra["labels"] = {**english.labels, **language.labels}
     config.extra["hreflang"] = hreflang_roots((config.site_url or "").removesuffix(language.prefix))
+    config.extra["not_found"] = not_found_texts(config.site_url or "/", language)
+
+
+def not_found_texts(site_url: str, language: Language) -> list[dict[str, str]]:
+    """What the 404 page says in each language, ``language`` first, with the address of
+    each language's home from the site's root: GitHub Pages answers every unknown address
+    of the site with the root's 404 page, at any depth, so its links cannot be relative.
+
+    >>> zh = load_languages()["zh"]
+    >>> [(t["lang"], t["home"]) for t in not_found_texts("https://example.org/docs/zh/", zh)]
+    [('zh', '/docs/zh/'), ('en', '/docs/'), ('ko', '/docs/ko/'), ('zh-TW', '/docs/zh-hant/')]
+    """
+    root = urllib.parse.urlsplit(site_url).path.removesuffix(language.prefix) or "/"
+    languages = load_languages().values()
+    return [
+        {
+            "lang": other.tag,
+            "text": other.labels["not_found"],
+            "home": f"{root}{other.prefix}",
+            "home_label": other.labels["go_home"],
+        }
+        for other in sorted(languages, key=lambda other: other.code != language.code)
+    ]
 
 
 def hreflang_roots(site_url: str) -> list[dict[str, str]]:
