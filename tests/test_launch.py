@@ -45,16 +45,18 @@ RECORD_PIDS = """
     import os, subprocess, sys, time
     rank = int(os.environ["JAXPAR_PROCESS_ID"])
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    with open(os.path.join(sys.argv[1], f"pids-{rank}"), "w") as f:
+    path = os.path.join(sys.argv[1], f"pids-{rank}")
+    with open(path + ".part", "w") as f:  # then renamed: a reader never sees it half written
         f.write(f"{os.getpid()} {child.pid}")
+    os.replace(path + ".part", path)
 """
 
 
 def recorded_pids(folder: Path, ranks: int) -> list[int]:
     deadline = time.monotonic() + 30
-    while len(list(folder.glob("pids-*"))) < ranks and time.monotonic() < deadline:
+    while len(list(folder.glob("pids-[0-9]"))) < ranks and time.monotonic() < deadline:
         time.sleep(0.05)
-    return [int(pid) for path in folder.glob("pids-*") for pid in path.read_text().split()]
+    return [int(pid) for path in folder.glob("pids-[0-9]") for pid in path.read_text().split()]
 
 
 def test_every_rank_gets_its_environment_and_a_prefix(tmp_path):

@@ -45,8 +45,10 @@ RANK = textwrap.dedent(
 
     rank = jax.process_index()
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    with open(os.path.join(folder, f"pids-{rank}"), "w") as f:
+    path = os.path.join(folder, f"pids-{rank}")
+    with open(path + ".part", "w") as f:  # then renamed: a reader never sees it half written
         f.write(f"{os.getpid()} {child.pid}")
+    os.replace(path + ".part", path)
     mesh = jax.make_mesh((jax.device_count(),), ("d",))
     x = jax.make_array_from_process_local_data(
         NamedSharding(mesh, P("d")), jnp.ones((jax.local_device_count(), 64, 64)))
@@ -138,7 +140,7 @@ def start_launcher(folder: Path, source: str, *args: str, timeout: str | None = 
 
 
 def survivors(folder: Path) -> list[int]:
-    pids = [int(pid) for path in folder.glob("pids-*") for pid in path.read_text().split()]
+    pids = [int(pid) for path in folder.glob("pids-[0-9]") for pid in path.read_text().split()]
     return [pid for pid in pids if alive(pid)]
 
 
@@ -250,7 +252,7 @@ def check_ctrl_c(folder: Path) -> None:
     # carries on, so they are killed after the launcher's grace period whatever they do.
     launcher = start_launcher(folder, RANK, "-1", "raise", "after", "sleep")
     deadline = time.monotonic() + 60
-    while len(list(folder.glob("pids-*"))) < 2 and time.monotonic() < deadline:
+    while len(list(folder.glob("pids-[0-9]"))) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     launcher.send_signal(signal.SIGINT)
     interrupted = time.time()
