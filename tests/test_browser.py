@@ -23,6 +23,7 @@ import pytest
 from sitebuild import TUTORIAL_LABEL
 from sitetools import REPO, mkdocs_settings
 from sitetools.browser import CHROMIUM, CHROMIUM_FLAGS
+from sitetools.diagrams import MIN_SCALE
 from sitetools.i18n import load_languages
 from sitetools.weight import PAGE_TYPES as WEIGHED_PAGE_TYPES
 from sitetools.weight import loaded_files
@@ -242,6 +243,20 @@ def check_line_breaking(page, code: str) -> None:
     assert ends and not inside_words, inside_words
 
 
+def check_diagram_readable_on_a_phone(page) -> None:
+    """On a phone's width, a drawing keeps at least MIN_SCALE of its size (its text at least
+    about 10 px) and scrolls sideways in its box instead of shrinking further."""
+    page.set_viewport_size({"width": 390, "height": 844})
+    scales = page.eval_on_selector_all(
+        "div.mermaid > svg",
+        """els => els.map(e => [e.getBoundingClientRect().width / e.viewBox.baseVal.width,
+                                 e.parentElement.scrollWidth > e.parentElement.clientWidth])""",
+    )
+    page.set_viewport_size({"width": 1280, "height": 800})
+    assert scales and all(scale >= MIN_SCALE - 0.01 for scale, _ in scales), scales
+    assert any(scrolls for _, scrolls in scales), scales  # wider than a phone: it scrolls
+
+
 def check_copy_button(page) -> None:
     """The tutorial's first copy button copies exactly its snippet section."""
     page.hover("pre >> nth=0")  # the copy button shows on hover
@@ -318,6 +333,7 @@ def test_page_loads_cleanly_and_accessibly(page, base_url, site, code, kind):
         # checks the markup of every page; one page shows that browsers draw it)
         assert len(diagrams) == 1 and page.locator("math").count() == 7
         assert "pmean" in diagrams[0] and TUTORIAL_LABEL[code] in diagrams[0], diagrams
+        check_diagram_readable_on_a_phone(page)
     if kind == "notebook":
         check_notebook_download(page)
     check_loaded_files(page, base_url, site, code, kind)

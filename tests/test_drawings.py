@@ -46,7 +46,7 @@ def test_every_language_has_the_diagrams_of_english():
 @pytest.mark.parametrize("code", LANGUAGES)
 def test_diagrams_are_svg_with_their_labels_as_text(site, code):
     html = built(site, code, TUTORIAL)
-    svgs = re.findall(r'<div class="mermaid">\s*(<svg .*?</svg>)\s*</div>', html, re.S)
+    svgs = re.findall(r'<div class="mermaid"[^>]*>\s*(<svg .*?</svg>)\s*</div>', html, re.S)
     assert len(svgs) == 1
     svg = svgs[0]
     assert re.search(r'aria-labelledby="chart-title-[^"]+"', svg) and "<desc " in svg
