@@ -27,10 +27,10 @@ serve: $(VENV)/.installed ## the site in every language at http://127.0.0.1:8000
 build: $(VENV)/.installed ## the whole site, every language, into site/ (strict)
 	$(BIN)/mkdocs build --strict
 
-test: $(VENV)/.installed ## every check that CI runs, reusing the results whose inputs are unchanged
+test: $(VENV)/.installed $(VENV)/.torch-installed ## every check that CI runs, reusing the results whose inputs are unchanged
 	$(BIN)/pytest
 
-test-all: $(VENV)/.installed ## every check that CI runs, reusing nothing (as CI=true does)
+test-all: $(VENV)/.installed $(VENV)/.torch-installed ## every check that CI runs, reusing nothing (as CI=true does)
 	$(BIN)/pytest --no-reuse
 
 test-browser: $(VENV)/.installed ## only the browser tests (headless Chromium; make test runs them too)
@@ -85,6 +85,17 @@ $(VENV)/.installed: pyproject.toml uv.lock | check-python
 	$(BIN)/uv export --only-group compilers --frozen --no-header --no-emit-project > $(VENV)/compilers.txt
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --target $(XLA_COMPILERS) \
 		--require-hashes --no-deps -r $(VENV)/compilers.txt
+	touch $@
+
+# PyTorch for the twins (uv.lock's torch group), in a folder of its own that only the twins'
+# runs put on the path (sitetools.snippets): about 5 GB and a minute, which `make serve` skips.
+TORCH := $(VENV)/torch
+
+$(VENV)/.torch-installed: $(VENV)/.installed
+	rm -rf $(TORCH)
+	$(BIN)/uv export --only-group torch --frozen --no-header --no-emit-project > $(VENV)/torch.txt
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --target $(TORCH) \
+		--require-hashes --no-deps -r $(VENV)/torch.txt
 	touch $@
 
 clean: ## remove the environment, the built site and the caches

@@ -21,7 +21,9 @@ from sitetools.snippets import (
     parse_cells,
     run,
     run_on_fewer_devices,
+    run_torch_group,
     tolerances,
+    torchrun_arguments,
 )
 from sitetools.tolerances import differences
 
@@ -37,6 +39,8 @@ IDS = ids(SNIPPETS)
 # absl comes with grain, whose worker processes need its flags marked as parsed (grain
 # issue 1355): snippets/checkpoints/workers.py does so.
 ALLOWED_IMPORTS = {"jax", "flax", "optax", "orbax", "grain", "absl", "numpy", "rich", "sklearn"}
+# The PyTorch twins may also import torch, and the modules beside them (same_start.py).
+TWIN_IMPORTS = {"torch", *(p.stem for p in (REPO / "snippets" / "pytorch").glob("*.py"))}
 DEVICE_LINES = ["import jax", 'jax.config.update("jax_num_cpu_devices", 8)']
 # Multi-process snippets get their devices from `python -m jaxpar.launch` instead.
 LAUNCHED_LINES = [
@@ -47,8 +51,10 @@ LAUNCHED_LINES = [
 
 
 # A snippet that another one launches as a reader would (its "# output checked through"
-# line) is not launched again: its chapter's tests compare the two recordings.
-RUN_ALONE = [s for s in SNIPPETS if checked_through(s) is None]
+# line) is not launched again: its chapter's tests compare the two recordings. The PyTorch
+# twins run together, in one torchrun (sitetools.snippets.run_torch_group).
+TWINS = [s for s in SNIPPETS if torchrun_arguments(s) is not None]
+RUN_ALONE = [s for s in SNIPPETS if checked_through(s) is None and s not in TWINS]
 
 
 def test_snippets_exist():
@@ -67,8 +73,20 @@ def test_a_snippet_checked_through_another_is_run_by_it():
 
 @pytest.mark.parametrize("snippet", RUN_ALONE, ids=ids(RUN_ALONE))
 def test_snippet_output_matches_recording(snippet: Path):
+    assert_matches_recording(snippet, run(snippet))
+
+
+# Importing PyTorch costs about 4 CPU-seconds a process: one torchrun runs every twin.
+def test_pytorch_twins_match_recordings():
+    assert {tuple(torchrun_arguments(s)) for s in TWINS} == {("--nproc-per-node", "4")}, (
+        "the twins run in one torchrun: give them all '# torchrun: --nproc-per-node 4'"
+    )
+    for snippet, result in zip(TWINS, run_torch_group(TWINS), strict=True):
+        assert_matches_recording(snippet, result)
+
+
+def assert_matches_recording(snippet: Path, result) -> None:
     name = snippet.relative_to(REPO)
-    result = run(snippet)
     status = expected_status(snippet)
     assert result.returncode == status, (
         f"{name} ended with status {result.returncode}, not {status}:\n{result.stdout}{result.stderr}"
@@ -105,7 +123,12 @@ def test_snippet_follows_conventions(snippet: Path):
     tree = ast.parse(source)
     assert ast.get_docstring(tree), f"{snippet.name} needs a module docstring saying what it shows"
     launched = launch_arguments(snippet) is not None
-    expected = LAUNCHED_LINES if launched else DEVICE_LINES
+    imports_jax = any(
+        isinstance(node, ast.Import) and any(a.name == "jax" for a in node.names)
+        for node in tree.body
+    )
+    # A PyTorch twin, or a module the twins share that imports no JAX at the top, has no devices to create.
+    expected = LAUNCHED_LINES if launched else DEVICE_LINES if imports_jax else []
     statements = [ast.get_source_segment(source, node) for node in tree.body[1 : 1 + len(expected)]]
     assert statements == expected, (
         f"{snippet.name}: the first statements after the docstring must be {expected}, "
@@ -114,6 +137,8 @@ def test_snippet_follows_conventions(snippet: Path):
     # jaxpar appears only in snippets about jaxpar itself (its title says so) or run by its launcher.
     teaches_jaxpar = launched or "jaxpar" in ast.get_docstring(tree).splitlines()[0]
     allowed = ALLOWED_IMPORTS | ({"jaxpar"} if teaches_jaxpar else set())
+    if snippet.parent.name == "pytorch":
+        allowed |= TWIN_IMPORTS
     parse_cells(snippet)  # raises on unnamed or duplicate cells
     tolerances(snippet)  # raises on a tolerance line that names no cell or no number
     for node in ast.walk(tree):

@@ -41,6 +41,7 @@ CHAPTERS = {
     "distributed_arrays": "Distributed arrays",
     "multi_process": "Beyond one process",
     "model_sharding": "Beyond one process",
+    "pytorch": "Side by side with PyTorch",
     "training_step": "A real training step",
     "checkpoints": "Checkpoints and data across processes",
     "more_splits": "More ways to split",

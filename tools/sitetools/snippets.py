@@ -16,6 +16,13 @@ snippet runs as a reader would, and whose every recorded line that snippet's rec
 shows again, says so in a line ``# output checked through other.py: <how>``: the tests
 compare the two recordings instead of launching it a second time.
 
+A PyTorch twin (under ``snippets/pytorch/``) has a ``# torchrun: --nproc-per-node 2`` line
+and runs under ``python -m torch.distributed.run`` with those options, PyTorch coming from
+the folder ``make test`` installs it into (:data:`TORCH`); as PyTorch scripts do, it
+prints on rank 0 only. Importing PyTorch costs about 4 CPU-seconds a process, launcher
+included, so :func:`run_torch_group` runs twins that ask for the same options one after
+the other in the same processes, as ``run`` does with several snippets.
+
 A cell whose numbers depend on the CPU's bfloat16 kernels declares how far they may move, in
 a line ``# numbers within 2e-4 in cells curves, same_losses: <why>``
 (``sitetools.tolerances``): its check, and ``make outputs``, accept such a difference.
@@ -60,6 +67,11 @@ CELL_NAME = re.compile(r"[a-z][-_0-9a-z]*")
 SECTION_MARKER = re.compile(r"^\s*# --8<-- \[(?P<kind>start|end):(?P<name>[^\]]+)\]\s*$")
 RECORD_COMMAND = "make outputs"
 LAUNCH_MARKER = re.compile(r"^# jaxpar\.launch: (?P<options>.+)$", re.MULTILINE)
+TORCHRUN_MARKER = re.compile(r"^# torchrun: (?P<options>.+)$", re.MULTILINE)
+# Where `make test` installs PyTorch for the twins (Makefile TORCH), outside sys.path.
+TORCH = Path(sys.prefix) / "torch"
+# Printed by `run --separated` before each snippet's output, on rank 0 only.
+SEPARATOR = "# snippet: "
 EXIT_STATUS_MARKER = re.compile(r"^# exits with status (?P<status>\d+): (?P<why>.+)$", re.MULTILINE)
 NEEDS_DEVICES_MARKER = re.compile(r"^# needs (?P<count>\d+) devices: (?P<why>.+)$", re.MULTILINE)
 CHECKED_THROUGH_MARKER = re.compile(
@@ -227,6 +239,12 @@ def launch_arguments(snippet: Path) -> list[str] | None:
     return shlex.split(match["options"]) if match else None
 
 
+def torchrun_arguments(snippet: Path) -> list[str] | None:
+    """The ``torchrun`` options a PyTorch twin asks for (its ``# torchrun:`` line), if any."""
+    match = TORCHRUN_MARKER.search(snippet.read_text(encoding="utf-8"))
+    return shlex.split(match["options"]) if match else None
+
+
 def expected_status(snippet: Path) -> int:
     """The exit status a snippet must end with: 0, unless a ``# exits with status`` line says."""
     match = EXIT_STATUS_MARKER.search(snippet.read_text(encoding="utf-8"))
@@ -343,8 +361,42 @@ def run(snippet: Path, timeout: float = 300) -> RunResult:
     A multi-process snippet (one with a ``# jaxpar.launch: OPTIONS`` line) runs under
     ``python -m jaxpar.launch OPTIONS``; its recorded output is that of process 0.
     """
+    if torchrun_arguments(snippet) is not None:
+        return run_torch_group([snippet], timeout)[0]
     with environment() as env:
         return _run(snippet, env, timeout)
+
+
+def run_torch_group(snippets: list[Path], timeout: float = 300) -> list[RunResult]:
+    """Run PyTorch twins that ask for the same ``torchrun`` options one after the other in
+    one ``torchrun``, from their folder, and split rank 0's output by snippet. A twin that
+    fails gets the run's status and standard error (which names it); if the run broke
+    without naming one, every twin does."""
+    options = {tuple(torchrun_arguments(s) or ()) for s in snippets}
+    if len(options) != 1 or () in options:
+        raise SnippetError(f"not twins with the same '# torchrun:' options: {snippets}")
+    with environment() as env:
+        env["PYTHONPATH"] = os.pathsep.join([str(TORCH), env["PYTHONPATH"]])
+        process = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", *options.pop(), __file__,
+             "run", "--separated", *map(str, snippets)],
+            capture_output=True, text=True, env=env, timeout=timeout, cwd=snippets[0].parent,
+        )  # fmt: skip
+    outputs = dict.fromkeys(map(str, snippets), "")
+    current = None
+    for line in process.stdout.splitlines(keepends=True):
+        if line.startswith(SEPARATOR):
+            current = line[len(SEPARATOR) :].strip()
+        elif current in outputs and not GLOO_LOG.search(line):
+            outputs[current] += line
+    failed = {s for s in snippets if f"snippet {s.name} failed" in process.stderr}
+    if process.returncode != 0 and not failed:  # torchrun itself, or a rank, broke
+        failed = set(snippets)
+    results = []
+    for snippet in snippets:
+        status, stderr = (process.returncode or 1, process.stderr) if snippet in failed else (0, "")
+        results.append(RunResult(snippet, status, outputs[str(snippet)], stderr))
+    return results
 
 
 def _run(snippet: Path, env: dict[str, str], timeout: float) -> RunResult:
@@ -431,13 +483,27 @@ def main(argv: list[str] | None = None) -> int:
         "run", help="run snippets one after the other in this process, printing their output"
     )
     run_parser.add_argument("snippets", type=Path, nargs="+")
+    run_parser.add_argument(
+        "--separated", action="store_true", help=f"print '{SEPARATOR}PATH' before each"
+    )
     record_parser = commands.add_parser(
         "record", help="re-record .out files (all snippets by default)"
     )
     record_parser.add_argument("snippets", type=Path, nargs="*")
     args = parser.parse_args(argv)
     if args.command == "run":
-        failed = [p for i, p in enumerate(args.snippets) if run_in_process(p, first=i == 0)]
+        failed = 0
+        port = os.environ.get("MASTER_PORT")
+        for i, snippet in enumerate(args.snippets):
+            if args.separated and os.environ.get("RANK", "0") == "0":
+                print(f"{SEPARATOR}{snippet}", flush=True)
+            if args.separated and i > 0 and port is not None:
+                # Each twin's process group gets a store of its own, on the next port: in
+                # torchrun's store, a second default group finds the keys of the first and
+                # waits on its closed connections.
+                os.environ["TORCHELASTIC_USE_AGENT_STORE"] = "False"
+                os.environ["MASTER_PORT"] = str(int(port) + i)
+            failed += run_in_process(snippet, first=i == 0)
         return 1 if failed else 0
     snippets = [p.resolve() for p in args.snippets] or discover()
     return 1 if record(snippets) else 0

@@ -141,8 +141,9 @@ def machine() -> str:
             if line.startswith(("flags", "Features")):
                 flags |= set(line.split(":", 1)[1].split()) & CPU_FEATURES
     settings = {k: v for k, v in os.environ.items() if k.startswith(("JAX_", "XLA_"))}
-    compilers = Path(sys.prefix) / "xla-compilers"  # jaxpar.compile_for's, outside sys.path
-    found = [*metadata.distributions(), *metadata.distributions(path=[str(compilers)])]
+    # jaxpar.compile_for's compilers and the PyTorch twins' torch, both outside sys.path.
+    beside = [str(Path(sys.prefix) / folder) for folder in ("xla-compilers", "torch")]
+    found = [*metadata.distributions(), *metadata.distributions(path=beside)]
     packages = sorted(f"{d.metadata['Name']}=={d.version}" for d in found)
     return json.dumps(
         [sys.version, platform.machine(), sorted(flags), sorted(settings.items()), packages]
@@ -369,6 +370,10 @@ def _test_module(module: str) -> Callable[[dict[str, object]], tuple[str, ...]]:
 NARROWER: dict[tuple[str, str], Callable[[dict[str, object]], tuple[str, ...]]] = {
     ("test_snippets.py", "test_snippet_output_matches_recording"): _snippet_run,
     ("test_snippets.py", "test_snippets_run_on_fewer_devices"): _fewer_devices,
+    ("test_snippets.py", "test_pytorch_twins_match_recordings"): lambda _: (
+        "snippets/pytorch/*",
+        *SNIPPET_RUNNER,
+    ),
     ("test_examples.py", "test_example"): _example_file,
     ("test_examples.py", "test_example_in_its_own_process"): _example_file,
     ("test_browser.py", "test_page_loads_cleanly_and_accessibly"): _loaded_page,
