@@ -38,7 +38,10 @@ IDS = ids(SNIPPETS)
 # What a reader needs installed to run a snippet copied into an empty folder.
 # absl comes with grain, whose worker processes need its flags marked as parsed (grain
 # issue 1355): snippets/checkpoints/workers.py does so.
-ALLOWED_IMPORTS = {"jax", "flax", "optax", "orbax", "grain", "absl", "numpy", "rich", "sklearn"}
+ALLOWED_IMPORTS = {
+    *("jax", "flax", "optax", "orbax", "grain", "absl", "numpy", "rich", "sklearn"),
+    "safetensors",
+}
 # The PyTorch twins may also import torch, and the modules beside them (same_start.py).
 TWIN_IMPORTS = {"torch", *(p.stem for p in (REPO / "snippets" / "pytorch").glob("*.py"))}
 DEVICE_LINES = ["import jax", 'jax.config.update("jax_num_cpu_devices", 8)']
@@ -62,9 +65,11 @@ def test_snippets_exist():
 
 
 def test_a_snippet_checked_through_another_is_run_by_it():
-    for snippet in set(SNIPPETS) - set(RUN_ALONE):
+    for snippet in set(SNIPPETS) - set(RUN_ALONE) - set(TWINS):
         other = checked_through(snippet)
-        assert other in RUN_ALONE, f"{snippet.name}: {other.name} is not a snippet that runs"
+        assert other in RUN_ALONE + TWINS, (
+            f"{snippet.name}: {other.name} is not a snippet that runs"
+        )
         assert snippet.name in other.read_text(encoding="utf-8"), (
             f"{other.name} does not run {snippet.name}, so it cannot check its output"
         )
@@ -76,13 +81,17 @@ def test_snippet_output_matches_recording(snippet: Path):
     assert_matches_recording(snippet, run(snippet))
 
 
-# Importing PyTorch costs about 4 CPU-seconds a process: one torchrun runs every twin.
-def test_pytorch_twins_match_recordings():
+# Importing PyTorch costs about 4 CPU-seconds a process: one torchrun runs every twin. A JAX
+# snippet checked through a twin then runs in the same folder, reading what the twins wrote.
+def test_pytorch_twins_match_recordings(tmp_path):
     assert {tuple(torchrun_arguments(s)) for s in TWINS} == {("--nproc-per-node", "4")}, (
         "the twins run in one torchrun: give them all '# torchrun: --nproc-per-node 4'"
     )
-    for snippet, result in zip(TWINS, run_torch_group(TWINS), strict=True):
+    for snippet, result in zip(TWINS, run_torch_group(TWINS, cwd=tmp_path), strict=True):
         assert_matches_recording(snippet, result)
+    for snippet in SNIPPETS:
+        if checked_through(snippet) in TWINS:
+            assert_matches_recording(snippet, run(snippet, cwd=tmp_path))
 
 
 def assert_matches_recording(snippet: Path, result) -> None:

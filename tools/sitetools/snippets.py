@@ -355,21 +355,27 @@ def shared_environment() -> dict[str, str]:
 SERVER_ENVIRONMENT = shared_environment()
 
 
-def run(snippet: Path, timeout: float = 300) -> RunResult:
+def run(snippet: Path, timeout: float = 300, cwd: Path = REPO) -> RunResult:
     """Run a snippet in a process of its own, as the tests and ``make outputs`` do.
 
     A multi-process snippet (one with a ``# jaxpar.launch: OPTIONS`` line) runs under
-    ``python -m jaxpar.launch OPTIONS``; its recorded output is that of process 0.
+    ``python -m jaxpar.launch OPTIONS``; its recorded output is that of process 0. A
+    one-process snippet runs in the folder ``cwd``: one that reads what a PyTorch twin
+    wrote there (its ``# output checked through`` line names the twin) runs after it, in
+    the folder the twin ran in.
     """
     if torchrun_arguments(snippet) is not None:
         return run_torch_group([snippet], timeout)[0]
     with environment() as env:
-        return _run(snippet, env, timeout)
+        return _run(snippet, env, timeout, cwd)
 
 
-def run_torch_group(snippets: list[Path], timeout: float = 300) -> list[RunResult]:
+def run_torch_group(
+    snippets: list[Path], timeout: float = 300, cwd: Path | None = None
+) -> list[RunResult]:
     """Run PyTorch twins that ask for the same ``torchrun`` options one after the other in
-    one ``torchrun``, from their folder, and split rank 0's output by snippet. A twin that
+    one ``torchrun``, in the folder ``cwd`` (a temporary one by default), and split rank 0's
+    output by snippet. A twin that
     fails gets the run's status and standard error (which names it); if the run broke
     without naming one, every twin does."""
     options = {tuple(torchrun_arguments(s) or ()) for s in snippets}
@@ -380,7 +386,7 @@ def run_torch_group(snippets: list[Path], timeout: float = 300) -> list[RunResul
         process = subprocess.run(
             [sys.executable, "-m", "torch.distributed.run", *options.pop(), __file__,
              "run", "--separated", *map(str, snippets)],
-            capture_output=True, text=True, env=env, timeout=timeout, cwd=snippets[0].parent,
+            capture_output=True, text=True, env=env, timeout=timeout, cwd=cwd or env["TMPDIR"],
         )  # fmt: skip
     outputs = dict.fromkeys(map(str, snippets), "")
     current = None
@@ -399,10 +405,10 @@ def run_torch_group(snippets: list[Path], timeout: float = 300) -> list[RunResul
     return results
 
 
-def _run(snippet: Path, env: dict[str, str], timeout: float) -> RunResult:
+def _run(snippet: Path, env: dict[str, str], timeout: float, cwd: Path = REPO) -> RunResult:
     options = launch_arguments(snippet)
     if options is None:  # one process: forked from one that has imported JAX already
-        process = prestarted.run(["run", str(snippet)], env, REPO, timeout, SERVER_ENVIRONMENT)
+        process = prestarted.run(["run", str(snippet)], env, cwd, timeout, SERVER_ENVIRONMENT)
         return RunResult(snippet, process.returncode, process.stdout, process.stderr)
     if expected_status(snippet) != 0:
         # Run from the snippet's folder, as a reader would, so that tracebacks name the file
@@ -452,9 +458,17 @@ def output_of_process_zero(launcher_output: str) -> str:
 
 
 def record(snippets: list[Path]) -> int:
-    """Re-record the output of each snippet; returns the number that failed."""
+    """Re-record the output of each snippet; returns the number that failed. The PyTorch
+    twins among them run first, in one torchrun and one folder, and the snippets checked
+    through a twin then run in that folder, reading what the twins wrote."""
+    twins = [s for s in snippets if torchrun_arguments(s) is not None]
+    readers = [s for s in snippets if checked_through(s) in twins]
+    others = [s for s in snippets if s not in twins + readers]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        results = list(pool.map(run, snippets))
+        results = list(pool.map(run, others))
+    with tempfile.TemporaryDirectory(prefix="twins-") as folder:
+        results += run_torch_group(twins, cwd=Path(folder)) if twins else []
+        results += [run(reader, cwd=Path(folder)) for reader in readers]
     failures = 0
     for result in results:
         name = result.snippet.relative_to(REPO)

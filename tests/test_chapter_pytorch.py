@@ -1,0 +1,93 @@
+"""Side by side with PyTorch: each PyTorch twin and its JAX twin print the same losses, and
+the pages' numbers are those of the recordings (tests/test_snippets.py runs the twins and
+checks the recordings against them)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from sitetools import REPO
+from sitetools.snippets import read_sections
+
+SNIPPETS = REPO / "snippets" / "pytorch"
+DOCS = REPO / "docs" / "en" / "pytorch"
+# What the pages promise: every step's loss agrees within this (float32 sums in another
+# order, carried along by AdamW).
+LOSS_TOLERANCE_TEXT = "5e-5"
+LOSS_TOLERANCE = float(LOSS_TOLERANCE_TEXT)
+NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
+
+
+def recorded(name: str) -> dict[str, str]:
+    return read_sections((SNIPPETS / name).read_text(encoding="utf-8"))
+
+
+def losses(text: str) -> list[float]:
+    """The losses a cell prints: "step 3: loss 1.759795" lines, one "losses:" line, or a
+    "loss on the next batch:" line."""
+    found = [float(x) for x in re.findall(r"(?:step \d+: loss|next batch:) (\d+\.\d+)", text)]
+    for line in re.findall(r"losses: (.*)", text):
+        found += [float(x) for x in line.split()]
+    return found
+
+
+# (PyTorch's recording, JAX's, their cell, how many losses it prints)
+TWINS = [
+    ("ddp.out", "data_parallel.out", "train", 8),
+    ("fsdp2_and_tp.out", "sharded_mlp.out", "fsdp", 8),
+    ("fsdp2_and_tp.out", "sharded_mlp.out", "tp", 8),
+    ("fsdp2_and_tp.out", "sharded_mlp.out", "fsdp_tp", 8),
+    ("save_for_jax.out", "from_pytorch.out", "next_loss", 1),
+]
+
+
+@pytest.mark.parametrize("pytorch, jax, cell, count", TWINS, ids=[t[2] for t in TWINS])
+def test_twins_print_the_same_losses(pytorch, jax, cell, count):
+    theirs, ours = losses(recorded(pytorch)[cell]), losses(recorded(jax)[cell])
+    assert len(theirs) == len(ours) == count, (theirs, ours)
+    apart = max(abs(a - b) for a, b in zip(theirs, ours, strict=True))
+    assert apart <= LOSS_TOLERANCE, f"{pytorch} and {jax} differ by {apart} in cell {cell}"
+
+
+@pytest.mark.parametrize("page", ["data-parallel.md", "from-pytorch.md"])
+def test_the_pages_state_the_tolerance_the_tests_use(page):
+    assert f"within {LOSS_TOLERANCE_TEXT}" in (DOCS / page).read_text(encoding="utf-8")
+
+
+def numbers(text: str) -> set[str]:
+    return set(NUMBER.findall(text))
+
+
+# The byte counts each page quotes, and the recordings they come from.
+QUOTED = {
+    "data-parallel.md": (["ddp.out", "data_parallel.out"], ["38,440", "38,444", "76,888"]),
+    "from-pytorch.md": (["save_for_jax.out", "from_pytorch.out"], ["4,840"]),
+    "sharding.md": (
+        ["fsdp2_and_tp.out", "sharded_mlp.out"],
+        ["9,868", "4,840", "78,944", "38,400", "4,800", "44", "38,444", "5,120"],
+    ),
+}
+
+
+@pytest.mark.parametrize("page", QUOTED)
+def test_the_byte_counts_on_the_pages_are_recorded_ones(page):
+    sources, quoted = QUOTED[page]
+    text = (DOCS / page).read_text(encoding="utf-8")
+    outputs = "".join((SNIPPETS / s).read_text(encoding="utf-8") for s in sources)
+    for number in quoted:
+        assert number in numbers(text), f"{page} no longer quotes {number}: update QUOTED"
+        assert re.search(rf"(?<![\d,]){number}(?![\d,]) bytes", outputs) or number in numbers(
+            outputs
+        ), f"{page} quotes {number}, which no recording of {sources} prints"
+
+
+def test_an_all_reduce_sends_twice_what_the_reduce_scatter_does():
+    # sharding.md: XLA:CPU's all-reduce of the whole gradient against XLA:GPU's reduce-scatter
+    # of its 8 shares, by the ring algorithm's count (jaxpar.Collective.sent_bytes).
+    fsdp = recorded("sharded_mlp.out")["fsdp"]
+    cpu = int(re.search(r"XLA:CPU: .*all-reduce 1 \(([\d,]+) bytes", fsdp)[1].replace(",", ""))
+    gpu = int(re.search(r"reduce-scatter 1 \(([\d,]+) bytes", fsdp)[1].replace(",", ""))
+    devices = 8
+    ratio = (2 * (devices - 1) / devices * cpu) / ((devices - 1) * gpu)
+    assert ratio == pytest.approx(2, rel=0.01)
