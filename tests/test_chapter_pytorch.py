@@ -63,6 +63,10 @@ def numbers(text: str) -> set[str]:
 QUOTED = {
     "data-parallel.md": (["ddp.out", "data_parallel.out"], ["38,440", "38,444", "76,888"]),
     "from-pytorch.md": (["save_for_jax.out", "from_pytorch.out"], ["4,840"]),
+    "checkpointing.md": (
+        ["checkpointing.out", "remat.out"],
+        ["175,108", "109,572", "191,620", "109,700"],
+    ),
     "sharding.md": (
         ["fsdp2_and_tp.out", "sharded_mlp.out"],
         ["9,868", "4,840", "78,944", "38,400", "4,800", "44", "38,444", "5,120"],
@@ -80,6 +84,22 @@ def test_the_byte_counts_on_the_pages_are_recorded_ones(page):
         assert re.search(rf"(?<![\d,]){number}(?![\d,]) bytes", outputs) or number in numbers(
             outputs
         ), f"{page} quotes {number}, which no recording of {sources} prints"
+
+
+def test_checkpointing_keeps_less_and_changes_no_number():
+    for name in ("checkpointing.out", "remat.out"):
+        without, with_remat = recorded(name)["saved"].splitlines()
+        kept = [
+            int(re.search(r"([\d,]+) bytes kept", line)[1].replace(",", ""))
+            for line in (without, with_remat)
+        ]
+        assert kept[1] < kept[0], name
+        assert without.split("kept,")[1] == with_remat.split("kept,")[1], name  # loss, norm
+    pytorch, jax = (
+        [float(x) for x in NUMBER.findall(recorded(n)["saved"].splitlines()[0].split("kept,")[1])]
+        for n in ("checkpointing.out", "remat.out")
+    )
+    assert pytorch == pytest.approx(jax, abs=LOSS_TOLERANCE), "the twins' loss or norm differ"
 
 
 def test_an_all_reduce_sends_twice_what_the_reduce_scatter_does():

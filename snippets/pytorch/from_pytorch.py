@@ -14,6 +14,8 @@ import jax
 
 jax.config.update("jax_num_cpu_devices", 8)
 
+# numbers within 5e-6 in cell next_loss: XLA:CPU picks its float32 matmul kernels by CPU, and the last digit of a loss can move (1e-6 seen)
+
 # output checked through save_for_jax.py: it reads the checkpoint that one writes
 
 # %% setup

@@ -14,6 +14,8 @@ import jax
 
 jax.config.update("jax_num_cpu_devices", 8)
 
+# numbers within 5e-6 in cells fsdp, tp, fsdp_tp: XLA:CPU picks its float32 matmul kernels by CPU, and the last digit of a loss can move (1e-6 seen)
+
 # %% setup
 import optax
 from flax import nnx
