@@ -459,10 +459,13 @@ def output_of_process_zero(launcher_output: str) -> str:
 
 def record(snippets: list[Path]) -> int:
     """Re-record the output of each snippet; returns the number that failed. The PyTorch
-    twins among them run first, in one torchrun and one folder, and the snippets checked
-    through a twin then run in that folder, reading what the twins wrote."""
+    twins among them run in one torchrun and one folder, and the snippets checked through
+    a twin then run in that folder, reading what the twins wrote (a snippet checked through
+    a twin brings its twin along)."""
+    readers = [s for s in snippets if torchrun_arguments(checked_through(s) or s) is not None]
+    readers = [s for s in readers if torchrun_arguments(s) is None]
     twins = [s for s in snippets if torchrun_arguments(s) is not None]
-    readers = [s for s in snippets if checked_through(s) in twins]
+    twins += [checked_through(r) for r in readers if checked_through(r) not in twins]
     others = [s for s in snippets if s not in twins + readers]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         results = list(pool.map(run, others))
