@@ -396,12 +396,15 @@ def run_torch_group(
         elif current in outputs and not GLOO_LOG.search(line):
             outputs[current] += line
     failed = {s for s in snippets if f"snippet {s.name} failed" in process.stderr}
+    stderr = process.stderr
     if process.returncode != 0 and not failed:  # torchrun itself, or a rank, broke
         failed = set(snippets)
+        reached = [Path(name).name for name in outputs if f"{SEPARATOR}{name}\n" in process.stdout]
+        stderr = f"the torchrun broke after rank 0 had started {reached}:\n{stderr}"
     results = []
     for snippet in snippets:
-        status, stderr = (process.returncode or 1, process.stderr) if snippet in failed else (0, "")
-        results.append(RunResult(snippet, status, outputs[str(snippet)], stderr))
+        status, errors = (process.returncode or 1, stderr) if snippet in failed else (0, "")
+        results.append(RunResult(snippet, status, outputs[str(snippet)], errors))
     return results
 
 
@@ -521,6 +524,13 @@ def main(argv: list[str] | None = None) -> int:
                 os.environ["TORCHELASTIC_USE_AGENT_STORE"] = "False"
                 os.environ["MASTER_PORT"] = str(int(port) + i)
             failed += run_in_process(snippet, first=i == 0)
+        if args.separated:
+            # A rank of torchrun ends here, without running C++ destructors: a thread that
+            # PyTorch's distributed libraries left behind aborted a rank at exit once
+            # ("terminate called without an active exception"), after every twin had run.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(1 if failed else 0)
         return 1 if failed else 0
     snippets = [p.resolve() for p in args.snippets] or discover()
     return 1 if record(snippets) else 0
