@@ -42,6 +42,7 @@ TWINS = [
     ("fsdp2_and_tp.out", "sharded_mlp.out", "fsdp_tp", 8, LOSS_TOLERANCE),
     ("save_for_jax.out", "from_pytorch.out", "next_loss", 1, LOSS_TOLERANCE),
     ("mixed_precision.out", "bf16_step.out", "train", 8, float(BF16_TOLERANCE_TEXT)),
+    ("dcp_resume.out", "orbax_resume.out", "resume", 8, LOSS_TOLERANCE),
 ]
 
 
@@ -60,6 +61,7 @@ def test_twins_print_the_same_losses(pytorch, jax, cell, count, tolerance):
     [
         ("data-parallel.md", LOSS_TOLERANCE_TEXT),
         ("from-pytorch.md", LOSS_TOLERANCE_TEXT),
+        ("resuming.md", LOSS_TOLERANCE_TEXT),
         ("mixed-precision.md", BF16_TOLERANCE_TEXT),
     ],
 )
@@ -123,6 +125,15 @@ def test_checkpointing_keeps_less_and_changes_no_number():
         for n in ("checkpointing.out", "remat.out")
     )
     assert pytorch == pytest.approx(jax, abs=LOSS_TOLERANCE), "the twins' loss or norm differ"
+
+
+@pytest.mark.parametrize(
+    "resumed, uninterrupted",
+    [("dcp_resume.out", "fsdp2_and_tp.out"), ("orbax_resume.out", "sharded_mlp.out")],
+)
+def test_a_resumed_run_has_the_losses_of_the_uninterrupted_one(resumed, uninterrupted):
+    # resuming.md: "to the last digit", the AdamW state restored with the weights
+    assert losses(recorded(resumed)["resume"]) == losses(recorded(uninterrupted)["fsdp"])
 
 
 def test_an_all_reduce_sends_twice_what_the_reduce_scatter_does():
