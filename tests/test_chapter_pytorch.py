@@ -136,6 +136,18 @@ def test_a_resumed_run_has_the_losses_of_the_uninterrupted_one(resumed, uninterr
     assert losses(recorded(resumed)["resume"]) == losses(recorded(uninterrupted)["fsdp"])
 
 
+def test_both_launchers_tell_each_process_its_place():
+    torch_lines = recorded("hello_torchrun.out")["hello"].splitlines()
+    jax_lines = recorded("hello_launch.out")["hello"].splitlines()
+    assert len(torch_lines) == len(jax_lines) == 4
+    for rank, (theirs, ours) in enumerate(zip(torch_lines, jax_lines, strict=True)):
+        assert f"'RANK': {rank}, 'LOCAL_RANK': {rank}, 'WORLD_SIZE': 4" in theirs
+        assert f"'JAXPAR_PROCESS_ID': {rank}, 'JAXPAR_NUM_PROCESSES': 4" in ours
+        # torchrun.md: each JAX process drives 2 of the 8 devices; process 1's ids start at 2048
+        assert ours.endswith(" of 8") and ours.count(",") == 2 + 1, ours
+    assert "drives devices [2048, 2049]" in jax_lines[1]
+
+
 def test_an_all_reduce_sends_twice_what_the_reduce_scatter_does():
     # sharding.md: XLA:CPU's all-reduce of the whole gradient against XLA:GPU's reduce-scatter
     # of its 8 shares, by the ring algorithm's count (jaxpar.Collective.sent_bytes).
