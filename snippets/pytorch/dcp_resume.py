@@ -58,8 +58,9 @@ del model, optimizer  # as if the job had ended here
 
 # %% resume
 # --8<-- [start:resume]
-model, optimizer = sharded_model_and_optimizer()  # the start weights, no AdamW state yet
-model_state, optimizer_state = get_state_dict(model, optimizer)  # the shapes to fill
+model, optimizer = sharded_model_and_optimizer()  # the start weights again
+# get_state_dict creates AdamW's state too: the shapes to fill
+model_state, optimizer_state = get_state_dict(model, optimizer)
 state = {"model": model_state, "optimizer": optimizer_state}
 dcp.load(state, checkpoint_id=CHECKPOINT)  # each rank reads its own shards, in place
 set_state_dict(

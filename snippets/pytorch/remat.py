@@ -1,8 +1,8 @@
 """Activation checkpointing in JAX, the twin of `checkpointing.py`: what the backward pass keeps, with and without `jax.checkpoint`.
 
-`jax.checkpoint` (also called `jax.remat`; `nnx.remat` for NNX modules) runs the hidden
-layer of the digits MLP (`same_start.py`'s weights) without keeping its activations, and
-runs it again in the backward pass. The values the backward pass needs are what
+`jax.checkpoint` (also called `jax.remat`; `nnx.remat` for NNX modules) runs the digits
+MLP (`same_start.py`'s weights) as one block, without keeping the activations inside it,
+and runs it again in the backward pass. The values the backward pass needs are what
 `jax.vjp` returns inside its backward function: their bytes, parameters left out, are
 what the program keeps, with and without checkpointing. It prints them, and the loss and
 gradient norm of the first batch, which must equal `checkpointing.py`'s.
@@ -25,16 +25,15 @@ from same_start import batch, flax_mlp
 
 # %% saved
 # --8<-- [start:saved]
-graphdef, params = nnx.split(flax_mlp())
+graphdef, params = nnx.split(flax_mlp())  # Linear, ReLU, Linear: one block
 images, labels = batch(0)
 
 
 def loss_fn(params, remat: bool):
-    model = nnx.merge(graphdef, params)
-    hidden = lambda x: jax.nn.relu(model.hidden(x))  # noqa: E731 - Linear + ReLU
+    forward = lambda params: nnx.merge(graphdef, params)(images)  # noqa: E731
     if remat:
-        hidden = jax.checkpoint(hidden)
-    logits = model.out(hidden(images))
+        forward = jax.checkpoint(forward)
+    logits = forward(params)
     return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
 
 
@@ -42,9 +41,9 @@ weights = {id(leaf) for leaf in jax.tree.leaves(params)}
 for remat in (False, True):
     loss, backward = jax.vjp(partial(loss_fn, remat=remat), params)
     # The backward function holds what the backward pass needs: its arrays are what is kept.
-    kept = sum(a.nbytes for a in jax.tree.leaves(backward) if id(a) not in weights)
+    kept = {id(a): a.nbytes for a in jax.tree.leaves(backward) if id(a) not in weights}
     (grads,) = backward(jnp.ones(()))
-    name = "checkpointed hidden layer" if remat else "no checkpointing"
-    print(f"{name}: {kept:,} bytes kept, loss {loss:.6f}, "
+    name = "checkpointed MLP" if remat else "no checkpointing"
+    print(f"{name}: {sum(kept.values()):,} bytes kept, loss {loss:.6f}, "
           f"gradient norm {optax.tree.norm(grads):.6f}")  # fmt: skip
 # --8<-- [end:saved]

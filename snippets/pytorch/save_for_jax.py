@@ -3,9 +3,8 @@
 Run it as `torchrun --nproc-per-node 4 save_for_jax.py`; `from_pytorch.py` then loads
 what it saves into a sharded JAX model. The MLP trains 8 steps from `same_start.py`'s
 weights, fully sharded over the 4 ranks. `dcp.save` with a `HuggingFaceStorageWriter`
-has each rank write its own shards; rank 0 then copies every shard into its place in one
-safetensors file of whole tensors, through a memory map of that file: no rank ever
-builds the whole model in memory. Last, it prints the loss
+has each rank write its own shards; rank 0 then rebuilds one whole tensor at a time and
+appends it to one safetensors file: no rank ever holds the whole model. Last, it prints the loss
 on the next batch, which `from_pytorch.py` must reproduce. Both use the
 folder `digits-from-pytorch` in the folder they run in.
 """
