@@ -18,6 +18,7 @@ from sitetools.snippets import (
     read_sections,
     run,
     run_on_fewer_devices,
+    run_torch_group,
     section,
     uses_devices,
 )
@@ -190,3 +191,16 @@ def test_process_zero_keeps_its_sections_and_drops_what_gloo_wrote_around_them()
         "[launch] all ranks finished\n"
     )
     assert output_of_process_zero(launcher_output) == section("a", "one\n\ntwo\n")
+
+
+def test_twins_that_ask_for_different_torchrun_options_are_refused_by_name(tmp_path):
+    two = tmp_path / "two.py"
+    two.write_text("# torchrun: --nproc-per-node 2\n", encoding="utf-8")
+    four = tmp_path / "four.py"
+    four.write_text("# torchrun: --nproc-per-node 4\n", encoding="utf-8")
+    plain = tmp_path / "plain.py"
+    plain.write_text("print(1)\n", encoding="utf-8")
+    for snippets in ([two, four], [plain]):
+        with pytest.raises(SnippetError, match="same '# torchrun:' options") as error:
+            run_torch_group(snippets)
+        assert snippets[-1].name in str(error.value)

@@ -48,6 +48,7 @@ import io
 import os
 import re
 import shlex
+import socket
 import subprocess
 import sys
 import tempfile
@@ -72,6 +73,8 @@ TORCHRUN_MARKER = re.compile(r"^# torchrun: (?P<options>.+)$", re.MULTILINE)
 TORCH = Path(sys.prefix) / "torch"
 # Printed by `run --separated` before each snippet's output, on rank 0 only.
 SEPARATOR = "# snippet: "
+# The ports run_torch_group found free, one for each twin's process group after the first.
+ENV_TWIN_PORTS = "SITETOOLS_TWIN_PORTS"
 EXIT_STATUS_MARKER = re.compile(r"^# exits with status (?P<status>\d+): (?P<why>.+)$", re.MULTILINE)
 NEEDS_DEVICES_MARKER = re.compile(r"^# needs (?P<count>\d+) devices: (?P<why>.+)$", re.MULTILINE)
 CHECKED_THROUGH_MARKER = re.compile(
@@ -380,9 +383,15 @@ def run_torch_group(
     without naming one, every twin does."""
     options = {tuple(torchrun_arguments(s) or ()) for s in snippets}
     if len(options) != 1 or () in options:
-        raise SnippetError(f"not twins with the same '# torchrun:' options: {snippets}")
+        found = {s.name: torchrun_arguments(s) for s in snippets}
+        raise SnippetError(
+            f"run_torch_group runs PyTorch twins with the same '# torchrun:' options in one "
+            f"torchrun, but got {found}; give each a line such as "
+            f"'# torchrun: --nproc-per-node 4', the same for all, or run them apart."
+        )
     with environment() as env:
         env["PYTHONPATH"] = os.pathsep.join([str(TORCH), env["PYTHONPATH"]])
+        env[ENV_TWIN_PORTS] = ",".join(map(str, free_ports(len(snippets))))
         process = subprocess.run(
             [sys.executable, "-m", "torch.distributed.run", *options.pop(), __file__,
              "run", "--separated", *map(str, snippets)],
@@ -406,6 +415,15 @@ def run_torch_group(
         status, errors = (process.returncode or 1, stderr) if snippet in failed else (0, "")
         results.append(RunResult(snippet, status, outputs[str(snippet)], errors))
     return results
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` different TCP ports that the OS has free on 127.0.0.1 now."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for each in sockets:
+            each.bind(("127.0.0.1", 0))
+        return [each.getsockname()[1] for each in sockets]
 
 
 def _run(snippet: Path, env: dict[str, str], timeout: float, cwd: Path = REPO) -> RunResult:
@@ -513,16 +531,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "run":
         failed = 0
-        port = os.environ.get("MASTER_PORT")
+        ports = os.environ.get(ENV_TWIN_PORTS, "").split(",")
         for i, snippet in enumerate(args.snippets):
             if args.separated and os.environ.get("RANK", "0") == "0":
                 print(f"{SEPARATOR}{snippet}", flush=True)
-            if args.separated and i > 0 and port is not None:
-                # Each twin's process group gets a store of its own, on the next port: in
-                # torchrun's store, a second default group finds the keys of the first and
-                # waits on its closed connections.
+            if args.separated and i > 0 and len(ports) > i:
+                # Each twin's process group gets a store of its own, on a port the OS had
+                # free: in torchrun's store, a second default group finds the keys of the
+                # first and waits on its closed connections; and the port after torchrun's
+                # may be another test's server, which the ranks would wait on (a CI run hung).
                 os.environ["TORCHELASTIC_USE_AGENT_STORE"] = "False"
-                os.environ["MASTER_PORT"] = str(int(port) + i)
+                os.environ["MASTER_PORT"] = ports[i]
             failed += run_in_process(snippet, first=i == 0)
         if args.separated:
             # A rank of torchrun ends here, without running C++ destructors: a thread that
