@@ -5,8 +5,12 @@
     PYTHONPATH=tools .venv/bin/python -m sitetools.memory_grid
 
 writes ``snippets/training_step/memory_grid.json``, which the page "Will it fit?" shows and
-``tests/test_memory_plan.py`` re-checks (the formula in every cell, XLA in one or two: the
+``tests/test_memory_plan.py`` re-checks (the formula in every cell, XLA in one: the
 compilers' byte counts are deterministic). Compile times go to the terminal only.
+
+Each cell also records its ``program``: a hash of what decides XLA's numbers, the step as
+lowered (StableHLO, a second to make) and the versions of jax, jaxlib and the target's
+compiler. The test compiles its cell again (35 s for XLA:TPU) only when that hash changed.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+import hashlib  # noqa: E402
 import json  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -93,6 +98,29 @@ def xla_cell(model: str, target: str, layout: dict, training: dict) -> dict[str,
     }
 
 
+def program(model: str, target: str, layout: dict, training: dict) -> str:
+    """A hash of what XLA's plan for one cell depends on: the step's StableHLO, lowered for
+    the target's devices as :func:`jaxpar.compile_for` lowers it, and the versions of jax,
+    jaxlib and the target's compiler (libtpu's build, for a TPU). Text: it names no paths."""
+    import functools
+
+    import jax
+    import jaxlib
+
+    from jaxpar import Parallelism, Training, training_step
+    from jaxpar.targets import _abstract_on, _mesh_on, target_devices
+
+    step, args = training_step(decoders()[model], Parallelism(**layout), Training(**training))
+    devices = target_devices(target)
+    abstract = jax.tree.leaves(args)[0].sharding.mesh
+    mesh = _mesh_on(abstract, devices[: abstract.size])
+    with jax.set_mesh(mesh):
+        lowered = step.lower(*jax.tree.map(functools.partial(_abstract_on, mesh), args))
+    compiler = devices[0].client.platform_version
+    versions = f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, {compiler}"
+    return hashlib.sha256(f"{versions}\n{lowered.as_text()}".encode()).hexdigest()
+
+
 def recorded(grid: list[tuple[str, str, dict, dict]]) -> list[dict[str, Any]]:
     """Each cell of ``grid`` compiled, beside its formula, with a line on standard output."""
     cells = []
@@ -102,7 +130,8 @@ def recorded(grid: list[tuple[str, str, dict, dict]]) -> list[dict[str, Any]]:
         seconds = time.perf_counter() - started
         formula = formula_cell(model, target, layout, training)
         cell = {"model": model, "target": target, "layout": layout, "training": training}
-        cells.append({**cell, "formula": formula, "xla": xla})
+        fingerprint = program(model, target, layout, training)
+        cells.append({**cell, "formula": formula, "xla": xla, "program": fingerprint})
         if "error" in xla:
             found = xla["error"]
         else:
