@@ -40,6 +40,8 @@ def write(tmp_path: Path, source: str) -> Path:
         ('"""On 8 devices."""\nimport jax\nprint(jax.device_count())\n', True),
         ("from jax.sharding import NamedSharding\n", True),
         ("import jax\nmesh = jax.make_mesh((2,), ('x',))\n", True),
+        ("import grain\nshards = grain.sharding.ShardOptions(0, 2)\n", False),
+        ("import jax\nprint(jax.numpy.ones(3).sharding)\n", True),
     ],
 )
 def test_a_snippet_uses_devices_when_its_code_names_them(tmp_path, source, expected):

@@ -281,6 +281,18 @@ DEVICE_NAMES = frozenset(
 )
 
 
+# Libraries whose attributes share a name with JAX's: grain.sharding.ShardOptions names no
+# device.
+NOT_JAX = frozenset({"grain"})
+
+
+def _root(node: ast.expr) -> str | None:
+    """The name an attribute chain starts from: ``grain`` for ``grain.sharding.X``."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
 def uses_devices(snippet: Path) -> bool:
     """Whether a snippet names any of ``DEVICE_NAMES``, as a name, an attribute or an
     import: if not, its output cannot depend on how many devices there are."""
@@ -288,7 +300,7 @@ def uses_devices(snippet: Path) -> bool:
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
             names = {node.id}
-        elif isinstance(node, ast.Attribute):
+        elif isinstance(node, ast.Attribute) and _root(node) not in NOT_JAX:
             names = {node.attr}
         elif isinstance(node, ast.ImportFrom):
             names = {alias.name for alias in node.names}
