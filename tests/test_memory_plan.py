@@ -219,6 +219,20 @@ def test_arguments_of_the_wrong_kind_are_refused():
         plan_memory(LLAMA_3_2_1B, (1, 8, 1), Training(batch=8))
     with pytest.raises(ValueError, match="must be a multiple"):
         training_step(LLAMA_3_2_1B, Parallelism(tensor=3), Training(batch=1))
+    with pytest.raises(TypeError, match=r"scan_layers must be True .* or False .*got str 'no'"):
+        plan_memory(LLAMA_3_2_1B, Parallelism(fsdp=8), Training(batch=8, scan_layers="no"))
+
+
+def test_unrolled_layers_are_the_same_program_without_its_loop():
+    """scan_layers=False asks lax.scan to repeat the layer's code once per layer (unroll =
+    the number of layers), which lowers with no loop left, as a Python loop would."""
+    unrolls = {}
+    for scan in (True, False):
+        step, args = training_step(LLAMA_3_2_1B, Parallelism(fsdp=8), Training(8, scan_layers=scan))
+        with jax.sharding.use_abstract_mesh(args[0]["embed"].sharding.mesh):
+            program = step.trace(*args).jaxpr
+        unrolls[scan] = {e.params["unroll"] for e in program.eqns if e.primitive.name == "scan"}
+    assert unrolls == {True: {1}, False: {LLAMA_3_2_1B.layers}}
 
 
 def recorded(kind: str = "cells") -> list[dict]:
@@ -267,26 +281,35 @@ def test_the_formula_agrees_with_what_xla_planned_within_the_tolerance(kind):
 # for XLA:TPU (35 s) only where it changed, as after an update of jax or libtpu. XLA:GPU's
 # live compile of cell 1 (10 s) is the example of jaxpar.fits, which tests/test_examples.py
 # runs: the next test ties its output to cell 1.
-def test_recorded_xla_numbers_are_what_xla_plans_today():
+# Cell 5 of the page's grid (scanned layers) and the two unrolled steps of "Scan over
+# layers", for XLA:TPU and XLA:GPU.
+@pytest.mark.parametrize("kind, index", [("cells", 5), ("layers", 1), ("layers", 3)])
+def test_recorded_xla_numbers_are_what_xla_plans_today(kind, index):
     from sitetools.memory_grid import program, xla_cell
 
-    cell = recorded()[5]
-    assert cell["target"] == "v5e-8"
+    cell = recorded(kind)[index]
     inputs = cell["model"], cell["target"], cell["layout"], cell["training"]
     if program(*inputs) == cell["program"]:
         return  # the very program and compiler that gave the recorded numbers
-    fresh = xla_cell(*inputs)
+    fresh = xla_cell(*inputs, gathers="all_gather_runs" in cell["xla"])
     assert fresh == cell["xla"], "re-record with PYTHONPATH=tools python -m sitetools.memory_grid"
 
 
 def test_every_recorded_cell_names_the_program_its_numbers_came_from():
-    from sitetools.memory_grid import CELLS, CHECKS
+    from sitetools.memory_grid import SECTIONS
 
-    grid = {"cells": CELLS, "checks": CHECKS}
-    for kind, cells in grid.items():
+    for kind, cells in SECTIONS.items():
         found = [(c["model"], c["target"], c["layout"], c["training"]) for c in recorded(kind)]
         assert found == cells, f"the grid's {kind} changed: re-record (sitetools.memory_grid)"
         assert all(len(c["program"]) == 64 for c in recorded(kind))
+
+
+def test_the_scanned_steps_of_the_layers_section_are_cells_of_the_grid():
+    """The same program compiles to the same plan: "Scan over layers" and the grid agree."""
+    cells, layers = recorded(), recorded("layers")
+    for scanned, cell in ((layers[0], cells[1]), (layers[2], cells[5])):
+        assert scanned["program"] == cell["program"]
+        assert {k: v for k, v in scanned["xla"].items() if k != "all_gather_runs"} == cell["xla"]
 
 
 def test_the_fits_example_compiles_what_the_grid_recorded():

@@ -162,6 +162,10 @@ class Training:
     """``"bfloat16"`` or ``"float32"``: the dtype of the matrix products and activations."""
     remat: str = "none"
     """``"none"`` or ``"full"`` (recompute each layer in the backward pass)."""
+    scan_layers: bool = True
+    """``True``: the layers run in one ``jax.lax.scan`` (compiled once, whatever the depth);
+    ``False``: unrolled, as a Python loop over the layers writes them, for comparison
+    (:func:`training_step`). The formula describes scanned layers."""
 
 
 # The formula. Each entry: a name, an expression over the inputs (VARIABLES) and the names
@@ -513,6 +517,11 @@ def _variables(decoder: Decoder, layout: Parallelism, training: Training) -> dic
             f"remat must be 'none' (keep what the backward pass needs) or 'full' "
             f"(recompute each layer), got {shown(training.remat)}."
         )
+    if not isinstance(training.scan_layers, bool):
+        raise TypeError(
+            f"scan_layers must be True (one lax.scan over the layers) or False (unrolled), "
+            f"got {shown(training.scan_layers)}."
+        )
     d, t = decoder, layout.tensor
     rules = [
         (d.d_model % d.heads, f"d_model ({d.d_model}) must be a multiple of heads ({d.heads})"),
@@ -785,7 +794,8 @@ def training_step(
     def loss_fn(params: Any, tokens: Any, targets: Any) -> Any:
         table = gathered(params["embed"], P("tensor", None))
         x = table.at[tokens].get(out_sharding=P(batch_axes, None, None))
-        x, _ = jax.lax.scan(lambda x, w: (block(x, w), None), x, params["layers"])
+        unroll = not training.scan_layers  # True: the loop's body repeated, no loop left
+        x, _ = jax.lax.scan(lambda x, w: (block(x, w), None), x, params["layers"], unroll=unroll)
         x = rms_norm(x, params["final_norm"])
         head = table.T if d.tied_embeddings else params["head"].astype(compute)
         logits = jnp.einsum(

@@ -2,7 +2,7 @@
 8 H100s, 2 × 8 H100s and a TPU v5e-8 in several layouts, each cell's formula
 (``jaxpar.plan_memory``) beside what XLA plans for the very step (``jaxpar.fits``).
 
-    PYTHONPATH=tools .venv/bin/python -m sitetools.memory_grid
+    PYTHONPATH=tools .venv/bin/python -m sitetools.memory_grid [cells|checks|layers ...]
 
 writes ``snippets/training_step/memory_grid.json``, which the page "Will it fit?" shows and
 ``tests/test_memory_plan.py`` re-checks (the formula in every cell, XLA in one: the
@@ -64,6 +64,16 @@ CHECKS: list[tuple[str, str, dict[str, int], dict[str, Any]]] = [
 """A wider grid of smaller steps that the tests hold to the same tolerance as the page's
 grid: every layout, float32 compute and accumulation, on XLA:GPU and XLA:TPU."""
 
+LAYERS: list[tuple[str, str, dict[str, int], dict[str, Any]]] = [
+    ("llama-3.2-1b", target, {"fsdp": 8}, {"batch": 16, "remat": "full", "scan_layers": scan})
+    for target in ("h100-8", "v5e-8")
+    for scan in (True, False)
+]
+"""The page "Scan over layers": the 1B step with its 16 layers in a ``lax.scan`` and
+unrolled, for 8 H100s and a v5e-8, with the seconds each took to compile here."""
+
+SECTIONS = {"cells": CELLS, "checks": CHECKS, "layers": LAYERS}
+
 
 def decoders() -> dict[str, Any]:
     from jaxpar import LLAMA_3_1_8B, LLAMA_3_2_1B
@@ -79,8 +89,11 @@ def formula_cell(model: str, target: str, layout: dict, training: dict) -> dict[
     return {"terms": plan.terms, "total": plan.total, "memory_bytes": plan.memory_bytes}
 
 
-def xla_cell(model: str, target: str, layout: dict, training: dict) -> dict[str, Any]:
-    """One cell compiled for its target: XLA's memory plan for one device, in bytes."""
+def xla_cell(
+    model: str, target: str, layout: dict, training: dict, gathers: bool = False
+) -> dict[str, Any]:
+    """One cell compiled for its target: XLA's memory plan for one device, in bytes, and
+    with ``gathers`` how many all-gathers the step runs (loop trip counts included)."""
     from jaxpar import Parallelism, Training, fits, training_step
 
     step, args = training_step(decoders()[model], Parallelism(**layout), Training(**training))
@@ -88,7 +101,9 @@ def xla_cell(model: str, target: str, layout: dict, training: dict) -> dict[str,
     if report.summary is None:  # XLA:TPU refused: it does not fit
         return {"error": report.error}
     summary = report.summary
+    counted = [c.runs for c in summary.collectives if c.kind == "all-gather"] if gathers else []
     return {
+        **({"all_gather_runs": None if None in counted else sum(counted)} if gathers else {}),
         "argument_bytes": summary.argument_bytes,
         "output_bytes": summary.output_bytes,
         "alias_bytes": summary.alias_bytes,
@@ -121,17 +136,22 @@ def program(model: str, target: str, layout: dict, training: dict) -> str:
     return hashlib.sha256(f"{versions}\n{lowered.as_text()}".encode()).hexdigest()
 
 
-def recorded(grid: list[tuple[str, str, dict, dict]]) -> list[dict[str, Any]]:
-    """Each cell of ``grid`` compiled, beside its formula, with a line on standard output."""
+def recorded(
+    grid: list[tuple[str, str, dict, dict]], detailed: bool = False
+) -> list[dict[str, Any]]:
+    """Each cell of ``grid`` compiled, beside its formula, with a line on standard output;
+    ``detailed``: with its all-gathers and the seconds it took to compile here."""
     cells = []
     for model, target, layout, training in grid:
         started = time.perf_counter()
-        xla = xla_cell(model, target, layout, training)
+        xla = xla_cell(model, target, layout, training, gathers=detailed)
         seconds = time.perf_counter() - started
         formula = formula_cell(model, target, layout, training)
         cell = {"model": model, "target": target, "layout": layout, "training": training}
         fingerprint = program(model, target, layout, training)
         cells.append({**cell, "formula": formula, "xla": xla, "program": fingerprint})
+        if detailed:
+            cells[-1]["compile_seconds"] = round(seconds, 1)
         if "error" in xla:
             found = xla["error"]
         else:
@@ -145,15 +165,23 @@ def recorded(grid: list[tuple[str, str, dict, dict]]) -> list[dict[str, Any]]:
     return cells
 
 
-def main() -> int:
+def main(sections: list[str]) -> int:
+    """Record the named sections of the grid (all of them if none is named)."""
     import jax
 
+    unknown = sorted(set(sections) - set(SECTIONS))
+    if unknown:
+        print(f"unknown sections {unknown}; the grid has {', '.join(SECTIONS)}", file=sys.stderr)
+        return 2
     jax.config.update("jax_num_cpu_devices", 8)
-    grid = {"cells": recorded(CELLS), "checks": recorded(CHECKS)}
+    grid = json.loads(GRID_FILE.read_text(encoding="utf-8")) if GRID_FILE.exists() else {}
+    for name in sections or SECTIONS:
+        grid[name] = recorded(SECTIONS[name], detailed=name == "layers")
+    grid = {name: grid[name] for name in SECTIONS}
     GRID_FILE.write_text(json.dumps(grid, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {GRID_FILE.relative_to(REPO)}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
