@@ -1,0 +1,77 @@
+"""The page "Scan over layers": its claims, read from scan_layers.out (XLA:CPU, 8 simulated
+devices) and from the `layers` section of the recorded grid (XLA:GPU and XLA:TPU)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from sitetools import REPO
+from sitetools.snippets import read_sections
+
+CHAPTER = REPO / "snippets/training_step"
+OUTPUT = read_sections((CHAPTER / "scan_layers.out").read_text(encoding="utf-8"))
+LAYERS = json.loads((CHAPTER / "memory_grid.json").read_text(encoding="utf-8"))["layers"]
+PAGE = " ".join((REPO / "docs/en/training-step/scan-layers.md").read_text("utf-8").split())
+GIB = 2**30
+
+
+def program_sizes() -> dict[int, tuple[int, int, int, int]]:
+    """layers -> (scanned operations, matmuls, looped operations, matmuls)."""
+    rows = [line.replace(",", "").split() for line in OUTPUT["program_size"].splitlines()[1:]]
+    return {int(row[0]): tuple(map(int, row[1:])) for row in rows}
+
+
+def test_the_stack_has_a_leading_unsplit_axis_of_layers():
+    assert OUTPUT["stack"].strip().endswith("float32[4,64@fsdp,192]")
+    assert "`float32[4,64@fsdp,192]`" in PAGE and "`(4, 64, 192)`" in PAGE
+
+
+def test_scan_and_loop_agree_and_the_model_learns():
+    assert OUTPUT["loop"].strip().endswith("at most 1e-5: True")
+    losses = [float(x) for x in OUTPUT["train"].split(":")[1].split()]
+    assert len(losses) == 8 and losses[-1] < losses[0] - 1
+
+
+def test_the_scanned_program_keeps_its_size_and_the_looped_one_grows_by_a_layer_at_a_time():
+    sizes = program_sizes()
+    assert sorted(sizes) == [2, 4, 8]
+    assert len({(s[0], s[1]) for s in sizes.values()}) == 1  # scanned: the same at every depth
+    per_layer = {(b[2] - a[2], b[3] - a[3]) for a, b in [(sizes[2], sizes[4])]}
+    ops, matmuls = per_layer.pop()
+    assert (ops % 2, matmuls % 2) == (0, 0)
+    ops, matmuls = ops // 2, matmuls // 2
+    assert sizes[8][2] == sizes[4][2] + 4 * ops and sizes[8][3] == sizes[4][3] + 4 * matmuls
+    assert f"each layer adds {ops} operations, {matmuls} of them matrix products" in PAGE
+
+
+def test_the_real_size_table_is_the_recorded_grid():
+    rows = re.findall(
+        r"\| (8 H100s|v5e-8) \| (scanned|unrolled) \| ([^|]+)\|([^|]+)\|([^|]+)\|([^|]+)\|", PAGE
+    )
+    assert len(rows) == 4
+    targets = {"8 H100s": "h100-8", "v5e-8": "v5e-8"}
+    for (target, layers, total, temps, gathers, seconds), cell in zip(rows, LAYERS, strict=True):
+        assert (targets[target], layers == "scanned") == (
+            cell["target"],
+            cell["training"]["scan_layers"],
+        )
+        xla = cell["xla"]
+        assert total.strip() == f"{xla['total_bytes'] / GIB:.2f}"
+        assert temps.strip() == f"{xla['temp_bytes'] / GIB:.2f}"
+        assert gathers.strip() == str(xla["all_gather_runs"])
+        assert seconds.strip() == f"{cell['compile_seconds']} s"
+
+
+def test_the_prose_states_the_differences_of_the_table():
+    gpu_scan, gpu_loop, tpu_scan, tpu_loop = (c["xla"] for c in LAYERS)
+    shown = [round(x["total_bytes"] / GIB, 2) for x in (gpu_scan, gpu_loop, tpu_scan, tpu_loop)]
+    more = [shown[1] - shown[0], shown[3] - shown[2]]  # as a reader subtracts the table's
+    assert (
+        f"{more[0]:.2f} GiB more on each H100 and {more[1]:.2f} GiB more on each TPU chip" in PAGE
+    )
+    fewer = gpu_scan["all_gather_runs"] - gpu_loop["all_gather_runs"]
+    assert f"(unrolled, XLA:GPU even runs {fewer} fewer)" in PAGE
+    assert tpu_scan["all_gather_runs"] == tpu_loop["all_gather_runs"]
+    ratios = [LAYERS[i + 1]["compile_seconds"] / LAYERS[i]["compile_seconds"] for i in (0, 2)]
+    assert all(1.8 < r < 2.2 for r in ratios) and "twice as long to compile" in PAGE
