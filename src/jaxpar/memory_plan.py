@@ -46,8 +46,8 @@ TOLERANCE = {"XLA:GPU": 0.10, "XLA:TPU": 0.25}
 fraction of XLA's, by compiler. The tests hold it on a grid of Llama 3.2 1B steps and on
 the recorded real-size grid (1B and 8B on 8 and 16 H100s, and a v5e-8).
 
-XLA:GPU, 10%: measured from −6% to +3% (8B with FSDP: −5%, the overlap of one layer's
-weight gather with the next is left out; data parallelism: +3%). Parameters, optimizer
+XLA:GPU, 10%: measured from −6% to +3% (8B with FSDP: −5%, not explained yet, and not an
+early gather of the next layer's weights; data parallelism: +3%). Parameters, optimizer
 state and batch are exact; the activations are exact by construction (the checkpoint
 policy names what is kept); the temporaries are a model of the worst moment, not XLA's
 schedule. With very few layers (2) the worst moment moves to the end of the backward pass
