@@ -75,3 +75,12 @@ def test_the_prose_states_the_differences_of_the_table():
     assert tpu_scan["all_gather_runs"] == tpu_loop["all_gather_runs"]
     ratios = [LAYERS[i + 1]["compile_seconds"] / LAYERS[i]["compile_seconds"] for i in (0, 2)]
     assert all(1.8 < r < 2.2 for r in ratios) and "twice as long to compile" in PAGE
+
+
+def test_the_flops_the_page_states_are_the_recorded_ones():
+    model, per_device = re.findall(r"\d[\d,]{8,}\d", OUTPUT["flops"])
+    assert int(model.replace(",", "")) == 8 * int(per_device.replace(",", ""))
+    assert f"{model} FLOPs, {per_device} per device" in PAGE
+    scanned, looped = re.findall(r"scanned ([\d.]+), looped ([\d.]+)", OUTPUT["flops"])[0]
+    assert float(scanned) < 1 < float(looped)  # the loop body counted once, or every time
+    assert f"reports {scanned} of the model's FLOPs per device, for the looped one {looped}" in PAGE

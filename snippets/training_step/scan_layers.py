@@ -3,7 +3,8 @@
 Builds the blocks of a small decoder as one stack with `nnx.vmap` (every weight gains a
 leading axis of layers), runs them with `nnx.scan`, each under `nnx.remat`, checks that
 this computes what a Python loop over the same blocks computes, trains a few steps, and
-counts what XLA is handed for 2, 4 and 8 layers each way. Attention is
+counts what XLA is handed for 2, 4 and 8 layers each way, and a step's model FLOPs for
+MFU, beside what XLA:CPU's cost analysis counts. Attention is
 `jax.nn.dot_product_attention`. The memory and compile times at real size (Llama 3.2 1B on
 8 H100s and a TPU v5e-8) are on the page, from the recorded grid.
 """
@@ -12,10 +13,13 @@ import jax
 
 jax.config.update("jax_num_cpu_devices", 8)
 # numbers within 5e-4 in cell train: XLA:CPU picks its float32 matmul kernels by CPU, and losses printed to 4 decimals can move in the last one
+# numbers within 0.01 in cell flops: XLA:CPU's fusions depend on the CPU, and cost_analysis counts what they compute (0.2% more without YNN fusions)
 
 # %% block
 # --8<-- [start:block]
 import re
+import sys
+import time
 
 import jax.numpy as jnp
 import optax
@@ -141,8 +145,8 @@ print("losses:", " ".join(f"{loss:.4f}" for loss in jax.device_get(losses)))
 
 # %% program_size
 # --8<-- [start:program_size]
-def handed_to_xla(layers, forward):
-    """Operations and matrix products of the training step's StableHLO, before XLA."""
+def lowered_step(layers, forward):
+    """The training step of a `layers`-deep model run by `forward`, lowered (not compiled)."""
     with jax.set_mesh(mesh):
         abstract = nnx.eval_shape(lambda: Decoder(layers, nnx.Rngs(0)))
         opt = nnx.eval_shape(lambda: nnx.Optimizer(abstract, optax.adamw(3e-3), wrt=nnx.Param))
@@ -154,7 +158,12 @@ def handed_to_xla(layers, forward):
 
             optimizer.update(model, nnx.grad(loss)(model))
 
-        text = nnx.jit(step).lower(abstract, opt, batches[0]).as_text()
+        return nnx.jit(step).lower(abstract, opt, batches[0])
+
+
+def handed_to_xla(layers, forward):
+    """Operations and matrix products of the training step's StableHLO, before XLA."""
+    text = lowered_step(layers, forward).as_text()
     return len(re.findall(r" = \S+\.", text)), text.count("stablehlo.dot_general")
 
 
@@ -163,3 +172,40 @@ for layers in (2, 4, 8):
     scanned, loop = handed_to_xla(layers, Decoder.__call__), handed_to_xla(layers, looped)
     print(f"{layers:6}   {scanned[0]:18,} {scanned[1]:8}   {loop[0]:17,} {loop[1]:8}")
 # --8<-- [end:program_size]
+
+
+# %% flops
+# --8<-- [start:flops]
+def training_flops_per_token(layers, width, hidden, vocab, context):
+    """A training step's model FLOPs per token, as MaxText counts them: the forward pass's
+    matrix products (q, k and v; the attention output; the MLP; causal attention, half of
+    the full context; the logits), times 3 for forward and backward."""
+    attention = 2 * context * width  # 4 x context x width, halved by the causal mask
+    layer = 2 * width * 3 * width + 2 * width * width + 2 * 2 * width * hidden + attention
+    return 3 * (layers * layer + 2 * width * vocab)
+
+
+per_step = training_flops_per_token(4, WIDTH, 4 * WIDTH, VOCAB, CONTEXT) * BATCH * CONTEXT
+counted = {
+    name: lowered_step(4, forward).compile().cost_analysis()["flops"]
+    for name, forward in (("scanned", Decoder.__call__), ("looped", looped))
+}
+print(f"model FLOPs of one step (4 layers): {per_step:,}, {per_step // 8:,} per device")
+ratios = {name: flops / (per_step / 8) for name, flops in counted.items()}
+print("XLA:CPU's cost_analysis, per device, over the model's FLOPs per device:")
+print(f"  scanned {ratios['scanned']:.2f}, looped {ratios['looped']:.2f}")
+
+
+def mfu(flops_per_step, seconds_per_step, devices, peak_flops_per_device):
+    """Model FLOPs utilisation: the model's FLOPs per second over what the chips could do."""
+    return flops_per_step / seconds_per_step / (devices * peak_flops_per_device)
+
+
+with jax.set_mesh(mesh):  # the step is compiled already: time 8 steps, one wait at the end
+    start = time.perf_counter()
+    for step in range(8):
+        loss = train_step(model, optimizer, batches[step])
+    seconds = (jax.block_until_ready(loss), time.perf_counter() - start)[1] / 8
+# Times differ from machine to machine: to standard error, not to the recorded output.
+print(f"{BATCH * CONTEXT / seconds:,.0f} tokens/s, {seconds * 1e3:.1f} ms a step", file=sys.stderr)
+# --8<-- [end:flops]
