@@ -20,7 +20,15 @@ from sitetools.links import start_tags
 from sitetools.notebooks import NOTEBOOK_ROOT, notebook_for
 from sitetools.snippets import discover, output_path, parse_cells, read_sections
 from sitetools.stylesheets import with_shared_stylesheet
-from sitetools.weight import BUDGET, PAGE_TYPES, loaded_files, page_weight, sent_size
+from sitetools.weight import (
+    BUDGET,
+    INDEX_BUDGET,
+    PAGE_TYPES,
+    index_weight,
+    loaded_files,
+    page_weight,
+    sent_size,
+)
 
 LANGUAGES = load_languages()
 OTHERS = [code for code in LANGUAGES if code != "en"]
@@ -234,14 +242,16 @@ def test_notebook_page_and_download_in_every_language(site, snippet):
 
 
 @pytest.mark.parametrize("code", LANGUAGES)
-def test_every_page_type_loads_at_most_300_kb_compressed(site, code):
-    """HTML, stylesheets, scripts, icon, search worker, search index and sitemap, gzipped as
-    GitHub Pages sends them (test_browser checks that a page loads nothing else)."""
+def test_every_page_type_loads_at_most_150_kb_and_a_search_index_of_at_most_250_kb(site, code):
+    """HTML, stylesheets, scripts, icon, search worker and sitemap, gzipped as GitHub Pages
+    sends them, and apart, the search index that the page asks for after its load event
+    (test_browser checks that a page loads nothing else, and the index after load)."""
     root = language_root(site, code)
     for page in [root / url / "index.html" for url in PAGE_TYPES.values()] + [root / "404.html"]:
-        weight = page_weight(site, page)
+        weight, index = page_weight(site, page), index_weight(site, page)
         biggest = sorted(((sent_size(f), f.name) for f in loaded_files(site, page)), reverse=True)
         assert weight <= BUDGET, f"{page}: {weight} B compressed; the biggest: {biggest[:4]}"
+        assert 0 < index <= INDEX_BUDGET, f"{page}: its search index is {index} B compressed"
 
 
 @pytest.mark.parametrize("code", OTHERS)
