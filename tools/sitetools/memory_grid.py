@@ -64,21 +64,34 @@ CHECKS: list[tuple[str, str, dict[str, int], dict[str, Any]]] = [
 """A wider grid of smaller steps that the tests hold to the same tolerance as the page's
 grid: every layout, float32 compute and accumulation, on XLA:GPU and XLA:TPU."""
 
+DEPTHS = (2, 4, 8)
+"""Layer counts of the 1B model, besides its own 16, that the layers section compiles."""
+
+
 LAYERS: list[tuple[str, str, dict[str, int], dict[str, Any]]] = [
     ("llama-3.2-1b", target, {"fsdp": 8}, {"batch": 16, "remat": "full", "scan_layers": scan})
     for target in ("h100-8", "v5e-8")
     for scan in (True, False)
-]
+] + [
+    (f"llama-3.2-1b, {n} layers", "h100-8", {"fsdp": 8}, {"batch": 16, "remat": "full", "scan_layers": scan})
+    for n in DEPTHS
+    for scan in (True, False)
+]  # fmt: skip
 """The page "Scan over layers": the 1B step with its 16 layers in a ``lax.scan`` and
-unrolled, for 8 H100s and a v5e-8, with the seconds each took to compile here."""
+unrolled, for 8 H100s and a v5e-8, then cut to 2, 4 and 8 layers for 8 H100s, with the
+seconds each took to compile here."""
 
 SECTIONS = {"cells": CELLS, "checks": CHECKS, "layers": LAYERS}
 
 
 def decoders() -> dict[str, Any]:
+    """The models by name; "llama-3.2-1b, 4 layers" is the 1B model cut to 4 layers."""
+    import dataclasses
+
     from jaxpar import LLAMA_3_1_8B, LLAMA_3_2_1B
 
-    return {"llama-3.2-1b": LLAMA_3_2_1B, "llama-3.1-8b": LLAMA_3_1_8B}
+    cut = {f"llama-3.2-1b, {n} layers": dataclasses.replace(LLAMA_3_2_1B, layers=n) for n in DEPTHS}
+    return {"llama-3.2-1b": LLAMA_3_2_1B, "llama-3.1-8b": LLAMA_3_1_8B, **cut}
 
 
 def formula_cell(model: str, target: str, layout: dict, training: dict) -> dict[str, Any]:
