@@ -257,6 +257,19 @@ def check_diagram_readable_on_a_phone(page) -> None:
     assert any(scrolls for _, scrolls in scales), scales  # wider than a phone: it scrolls
 
 
+def check_code_fits_a_laptop(page) -> None:
+    """At 1280 px, every code block shows its lines whole (the snippets' lines are at most
+    100 characters): none scrolls sideways. Outputs (titled) may, where a line is longer."""
+    page.set_viewport_size({"width": 1280, "height": 800})
+    widths = page.evaluate(
+        """() => [...document.querySelectorAll('.md-typeset .highlight')]
+            .filter(block => !block.querySelector('.filename'))  // not an "Output" block
+            .map(block => block.querySelector('pre > code'))
+            .map(code => [code.scrollWidth, code.clientWidth])"""
+    )
+    assert widths and all(scroll <= client + 1 for scroll, client in widths), widths
+
+
 def check_copy_button(page) -> None:
     """The tutorial's first copy button copies exactly its snippet section."""
     page.hover("pre >> nth=0")  # the copy button shows on hover
@@ -356,6 +369,7 @@ def test_page_loads_cleanly_and_accessibly(page, base_url, site, code, kind):
         )
     if kind == "tutorial":
         check_line_breaking(page, code)
+        check_code_fits_a_laptop(page)
         check_copy_button(page)
         check_language_switcher(page, base_url, code, TUTORIAL)
     assert page.errors == []
