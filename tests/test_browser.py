@@ -270,6 +270,17 @@ def check_code_fits_a_laptop(page) -> None:
     assert widths and all(scroll <= client + 1 for scroll, client in widths), widths
 
 
+def check_notebook_on_a_phone(page) -> None:
+    """On a phone's width, a notebook's code cells take nearly the whole screen: no prompt
+    column beside them, and they do not share a line with the page's buttons."""
+    page.set_viewport_size({"width": 390, "height": 844})
+    widths = page.eval_on_selector_all(
+        ".jp-InputArea-editor", "els => els.map(e => e.getBoundingClientRect().width)"
+    )
+    page.set_viewport_size({"width": 1280, "height": 800})
+    assert widths and min(widths) >= 0.85 * 390, widths
+
+
 def check_copy_button(page) -> None:
     """The tutorial's first copy button copies exactly its snippet section."""
     page.hover("pre >> nth=0")  # the copy button shows on hover
@@ -349,6 +360,7 @@ def test_page_loads_cleanly_and_accessibly(page, base_url, site, code, kind):
         check_diagram_readable_on_a_phone(page)
     if kind == "notebook":
         check_notebook_download(page)
+        check_notebook_on_a_phone(page)
     check_loaded_files(page, base_url, site, code, kind)
     check_search_index_waits_for_load(page)
     lang = TAGS[LANGUAGES[0]] if kind == "404" else TAGS[code]  # the root's 404 page
