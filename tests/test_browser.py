@@ -13,6 +13,7 @@ import functools
 import http.server
 import json
 import os
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -281,6 +282,26 @@ def check_notebook_on_a_phone(page) -> None:
     assert widths and min(widths) >= 0.85 * 390, widths
 
 
+def check_contrast_in_dark_mode(page) -> None:
+    """The page after the reader switches to dark mode (the header's toggle, Material's
+    slate scheme): no serious colour-contrast finding of axe-core."""
+    from axe_playwright_python.sync_playwright import Axe
+
+    page.click('label[for="__palette_1"]')  # "Switch to dark mode"
+    page.wait_for_function("document.body.getAttribute('data-md-color-scheme') === 'slate'")
+    results = Axe().run(
+        page, options={"runOnly": ["color-contrast"], "resultTypes": ["violations"]}
+    )
+    page.click('label[for="__palette_0"]')  # back to light mode for what follows
+    found = [v for v in results.response["violations"] if v["impact"] in ("serious", "critical")]
+    failing = {
+        (re.sub(r":nth-child\(\d+\)", "", n["target"][0].split(" ")[-1]),
+         re.search(r"foreground color: (#\w+), background color: (#\w+)", n["failureSummary"]).groups())
+        for v in found for n in v["nodes"]
+    }  # fmt: skip
+    assert not found, sorted(failing)
+
+
 def check_copy_button(page) -> None:
     """The tutorial's first copy button copies exactly its snippet section."""
     page.hover("pre >> nth=0")  # the copy button shows on hover
@@ -361,6 +382,7 @@ def test_page_loads_cleanly_and_accessibly(page, base_url, site, code, kind):
     if kind == "notebook":
         check_notebook_download(page)
         check_notebook_on_a_phone(page)
+        check_contrast_in_dark_mode(page)
     check_loaded_files(page, base_url, site, code, kind)
     check_search_index_waits_for_load(page)
     lang = TAGS[LANGUAGES[0]] if kind == "404" else TAGS[code]  # the root's 404 page
@@ -382,6 +404,7 @@ def test_page_loads_cleanly_and_accessibly(page, base_url, site, code, kind):
     if kind == "tutorial":
         check_line_breaking(page, code)
         check_code_fits_a_laptop(page)
+        check_contrast_in_dark_mode(page)
         check_copy_button(page)
         check_language_switcher(page, base_url, code, TUTORIAL)
     assert page.errors == []
