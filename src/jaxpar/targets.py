@@ -254,6 +254,12 @@ def compile_for(
         #> ('all-reduce', ('f32',), False) ('all-reduce', ('bf16',), True)
         ```
     """
+    return _lower_for(target, function, args, kwargs).compile(compiler_options)
+
+
+def _lower_for(target: str, function: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+    """What :func:`compile_for` compiles: ``function`` lowered for ``target``'s devices, its
+    arguments' mesh rebuilt on them (a ``jax.stages.Lowered``)."""
     chosen = _target(target)
     if not callable(function):
         raise TypeError(
@@ -264,7 +270,7 @@ def compile_for(
     mesh = _mesh_of(args, kwargs)
     if chosen.name == "cpu" and isinstance(mesh, jax.sharding.Mesh):
         with jax.set_mesh(mesh):
-            return jitted.lower(*args, **kwargs).compile(compiler_options)
+            return jitted.lower(*args, **kwargs)
     if mesh.size > len(target_devices(chosen.name)):
         larger = [t.name for t in TARGETS.values() if t.devices >= mesh.size]
         raise ValueError(
@@ -294,7 +300,7 @@ def compile_for(
                 f"compile_for({chosen.name!r}, jax.jit(jax.shard_map(f, in_specs=..., "
                 f"out_specs=...)), *args)."
             ) from error
-        return lowered.compile(compiler_options)
+        return lowered
 
 
 @functools.cache

@@ -130,20 +130,15 @@ def program(model: str, target: str, layout: dict, training: dict) -> str:
     """A hash of what XLA's plan for one cell depends on: the step's StableHLO, lowered for
     the target's devices as :func:`jaxpar.compile_for` lowers it, and the versions of jax,
     jaxlib and the target's compiler (libtpu's build, for a TPU). Text: it names no paths."""
-    import functools
-
     import jax
     import jaxlib
 
     from jaxpar import Parallelism, Training, training_step
-    from jaxpar.targets import _abstract_on, _mesh_on, target_devices
+    from jaxpar.targets import _lower_for, target_devices
 
     step, args = training_step(decoders()[model], Parallelism(**layout), Training(**training))
+    lowered = _lower_for(target, step, args, {})
     devices = target_devices(target)
-    abstract = jax.tree.leaves(args)[0].sharding.mesh
-    mesh = _mesh_on(abstract, devices[: abstract.size])
-    with jax.set_mesh(mesh):
-        lowered = step.lower(*jax.tree.map(functools.partial(_abstract_on, mesh), args))
     compiler = devices[0].client.platform_version
     versions = f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, {compiler}"
     return hashlib.sha256(f"{versions}\n{lowered.as_text()}".encode()).hexdigest()
