@@ -319,3 +319,12 @@ def test_the_fits_example_compiles_what_the_grid_recorded():
     assert (cell["layout"], cell["training"]) == ({"fsdp": 8}, {"batch": 16, "remat": "full"})
     assert 'Parallelism(fsdp=8), Training(batch=16, remat="full")' in example
     assert f"{cell['xla']['total_bytes'] / 2**30:.2f} GiB of 80.00 GiB" in example
+
+
+def test_recording_an_unknown_section_names_the_sections_there_are(capsys):
+    from sitetools.memory_grid import main
+
+    assert main(["cell"]) == 2
+    assert (
+        "unknown sections ['cell']; the grid has cells, checks, layers" in capsys.readouterr().err
+    )
