@@ -100,9 +100,11 @@ def keys(files: dict[str, str]) -> dict[str, str]:
 @pytest.mark.parametrize(
     "edited, expected",
     [
-        ("docs/en/basics/b.md", {"site", "search ko"}),  # an English page: in ko's search too
-        ("docs/en/index.md", {"site", "home en", "home ko", "search ko"}),  # ko falls back to it
-        ("docs/en/index.md#title", SITE - {"small copy"}),  # in every nav
+        # an English page that ko has translated: not ko's pages nor its search
+        ("docs/en/basics/b.md", {"site"}),
+        ("docs/en/index.md", {"site", "home en"}),
+        # in every nav (ko's search indexes ko's own title of the page)
+        ("docs/en/index.md#title", SITE - {"small copy", "search ko"}),
         ("docs/zh/index.md", {"site"}),  # a Chinese page
         ("snippets/basics/jax_in_one_page.out", {"site", "snippet a", "notebook a"}),  # a recording
         (
@@ -131,6 +133,24 @@ def test_an_edit_changes_the_keys_of_exactly_the_tests_that_read_it(edited, expe
     before = keys(FILES)
     after = keys(FILES | {edited: FILES[edited] + " edited"})
     assert {kind for kind in TESTS if before[kind] != after[kind]} == expected
+
+
+def test_a_language_reads_the_english_pages_it_has_no_translation_of(tmp_path, monkeypatch):
+    from sitetools import i18n
+
+    for page in ("en/index.md", "en/basics/b.md", "ko/index.md"):
+        (tmp_path / page).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / page).write_text("# A page\n")
+    monkeypatch.setattr(i18n, "DOCS", tmp_path)
+    assert testcache._english_fallbacks("ko") == ("docs/en/basics/b.md",)
+    assert testcache._english_fallbacks("en") == ("docs/en/*",)
+    search = testcache.inputs(
+        "test_browser.py", "test_search_finds_pages_of_its_own_language_only", {"code": "ko"}
+    )
+    assert "docs/en/basics/b.md" in search and "docs/en/index.md" not in search
+    (tmp_path / "ko/basics").mkdir()
+    (tmp_path / "ko/basics/b.md").write_text("# 페이지\n")
+    assert testcache._english_fallbacks("ko") == ()
 
 
 def test_a_new_snippet_changes_the_keys_that_read_every_file():

@@ -27,7 +27,8 @@ def test_search_index_keeps_the_pages_not_rebuilt(tmp_path, dirty_serve):
         docs = [{"location": f"{page}#s", "title": f"{code} {page}"} for page in pages]
         index.write_text(json.dumps({"config": {}, "docs": docs}))
         for page in pages:
-            serving.remember_rebuilt_page(code, page)
+            rendered = SimpleNamespace(url=page, title=page, file=SimpleNamespace(src_uri=page))
+            serving.remember_rebuilt_page(code, rendered)
         serving.merge_search_index(config, code)
         return {doc["title"] for doc in json.loads(index.read_text())["docs"]}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -89,40 +91,71 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_mkdocs_serve_serves_every_language(tmp_path):
-    """`mkdocs serve` (what `make serve` runs), on a small copy of the site."""
-    project = copy_project(tmp_path / "project")
+@contextlib.contextmanager
+def serving(project: Path, *options: str) -> Iterator[Callable[[str], str]]:
+    """``mkdocs serve`` of ``project``; yields a function that fetches a path once served."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"NO_MKDOCS_2_WARNING": "1"}
     server = subprocess.Popen(
-        [str(BIN / "mkdocs"), "serve", "--no-livereload", "-a", f"127.0.0.1:{port}"],
+        [str(BIN / "mkdocs"), "serve", *options, "-a", f"127.0.0.1:{port}"],
         cwd=project,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
-    try:
-        pages = {}
+
+    def get(path: str) -> str:
         deadline = time.monotonic() + 120
-        served = [("ko/glossary/", "ko"), ("zh/glossary/", "zh"), ("zh-hant/glossary/", "zh-TW")]
-        for path, lang in [*served, ("glossary/", "en")]:
-            while True:
-                try:
-                    with urllib.request.urlopen(
-                        f"http://127.0.0.1:{port}/{path}", timeout=5
-                    ) as response:
-                        pages[path] = response.read().decode()
-                    break
-                except OSError:
-                    assert server.poll() is None and time.monotonic() < deadline, (
-                        "mkdocs serve did not come up"
-                    )
-                    time.sleep(0.5)
-            assert f'<html lang="{lang}"' in pages[path]
+        while True:
+            try:
+                url = f"http://127.0.0.1:{port}/{path}"
+                with urllib.request.urlopen(url, timeout=5) as response:
+                    return response.read().decode()
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, (
+                    "mkdocs serve did not come up"
+                )
+                time.sleep(0.5)
+
+    try:
+        yield get
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_mkdocs_serve_serves_every_language(tmp_path):
+    """`mkdocs serve`, on a small copy of the site."""
+    project = copy_project(tmp_path / "project")
+    with serving(project, "--no-livereload") as get:
+        served = [("ko/glossary/", "ko"), ("zh/glossary/", "zh"), ("zh-hant/glossary/", "zh-TW")]
+        for path, lang in [*served, ("glossary/", "en")]:
+            assert f'<html lang="{lang}"' in get(path)
+    shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+NAV_TITLE = re.compile(r'<span class="md-ellipsis">\s*(.*?)\s*</span>', re.DOTALL)
+
+
+def test_after_an_edit_make_serve_still_names_every_page(tmp_path):
+    """`make serve` (`mkdocs serve --dirty`) rebuilds only the edited page: its nav and its
+    Previous/Next links still name the pages it did not rebuild, in every language."""
+    project = copy_project(tmp_path / "project")
+    paths = ["glossary/", "zh/glossary/"]
+    with serving(project, "--dirty") as get:  # as make serve runs it: watching for edits
+        before = {path: NAV_TITLE.findall(get(path)) for path in paths}
+        for language in ("en", "zh"):
+            page = project / "docs" / language / "glossary.md"
+            page.write_text(page.read_text(encoding="utf-8") + "\nEdited.\n", encoding="utf-8")
+        deadline = time.monotonic() + 120
+        for path in paths:
+            while "<p>Edited.</p>" not in (html := get(path)):
+                assert time.monotonic() < deadline, f"{path} was not rebuilt after the edit"
+                time.sleep(0.5)
+            after = NAV_TITLE.findall(html)
+            assert len(before[path]) > 1 and "None" not in before[path]
+            assert after == before[path], path
     shutil.rmtree(tmp_path, ignore_errors=True)
 
 

@@ -63,8 +63,9 @@ def on_pre_build(config):
         templates.cache_compiled_templates(mkdocstrings.handlers.get_handler("python").env)
 
 
-def on_env(env, config, files):
+def on_env(env, config, files):  # after the pages are read, before they are written
     templates.cache_compiled_templates(env)
+    serving.keep_titles_of_pages_not_rebuilt(files, i18n.language_of(config).code)
     return env
 
 
@@ -105,7 +106,7 @@ def on_page_context(context, page, config, nav):
         page.content, page.code_set_aside = codeblocks.set_aside(page.content)
     language = i18n.language_of(config)
     config.extra["alternate"] = i18n.alternates(page.url, language)
-    serving.remember_rebuilt_page(language.code, page.url)
+    serving.remember_rebuilt_page(language.code, page)
     return context
 
 

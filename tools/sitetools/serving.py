@@ -1,13 +1,15 @@
 """Fast and correct rebuilds under ``make serve`` (``mkdocs serve --dirty``).
 
 A dirty rebuild renders only the pages whose source file changed. That alone is wrong here
-in three ways, which this module corrects:
+in four ways, which this module corrects:
 
 - a page must also be rebuilt when a snippet or output it includes changed, and every page
   when the configuration, the theme overrides, the hooks or the library changed;
 - Material's search plugin is one instance shared by every language build of the process
   (MkDocs caches plugins that have ``on_startup``), so its memory of the previous index is
   useless here; the index of each language is kept here instead, and merged page by page;
+- the pages it does not read have no title, so the nav and the Previous/Next links of the
+  pages it renders would name them "None"; each page keeps the title of its last build;
 - the languages other than English are rebuilt, dirty as well, into a cache that outlives
   the temporary site directory of ``mkdocs serve``, and only when their inputs changed.
 """
@@ -21,6 +23,7 @@ from pathlib import Path
 
 from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.structure.files import File, Files
+from mkdocs.structure.pages import Page
 
 from sitetools import REPO
 from sitetools.includes import find_includes
@@ -40,6 +43,7 @@ class ServeState:
     config_stamps: dict[str, tuple] = field(default_factory=dict)
     search_entries: dict[str, list[dict]] = field(default_factory=dict)
     rebuilt: dict[str, set[str]] = field(default_factory=dict)
+    titles: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 state = ServeState()
@@ -83,8 +87,22 @@ def _includes_changed(file: File) -> bool:
     )
 
 
-def remember_rebuilt_page(code: str, url: str) -> None:
-    state.rebuilt.setdefault(code, set()).add(url)
+def remember_rebuilt_page(code: str, page: Page) -> None:
+    """Note that ``page`` was rendered in this build, and the title it was given."""
+    state.rebuilt.setdefault(code, set()).add(page.url)
+    if page.title is not None:
+        state.titles.setdefault(code, {})[page.file.src_uri] = page.title
+
+
+def keep_titles_of_pages_not_rebuilt(files: Files, code: str) -> None:
+    """Give each page this dirty rebuild did not read the title of its last build."""
+    if not dirty_serving():
+        return
+    titles = state.titles.get(code, {})
+    for file in files.documentation_pages():
+        page = file.page
+        if page is not None and page.markdown is None and file.src_uri in titles:
+            page.title = titles[file.src_uri]
 
 
 def forget_other_search_index(config: MkDocsConfig) -> None:

@@ -200,17 +200,23 @@ def jaxpar_inputs(sources: Iterable[str]) -> tuple[str, ...]:
     >>> jaxpar_inputs(["import numpy"])
     ()
     """
-    todo = [module for source in sources for module in _used_by(source)]
-    used: set[str] = set()
+    used = set().union(*(_used_with_what_they_use(source) for source in sources))
+    if not used:
+        return ()
+    modules = ("__init__", *sorted(used))
+    return tuple(f"src/jaxpar/{module}.py#code" for module in modules)
+
+
+@functools.cache
+def _used_with_what_they_use(source: str) -> frozenset[str]:
+    """The jaxpar modules ``source`` uses, and those they use in turn."""
+    todo, used = list(_used_by(source)), set()
     while todo:
         module = todo.pop()
         if module not in used:
             used.add(module)
             todo += _used_by((JAXPAR_SOURCE / f"{module}.py").read_text(encoding="utf-8"))
-    if not used:
-        return ()
-    modules = ("__init__", *sorted(used))
-    return tuple(f"src/jaxpar/{module}.py#code" for module in modules)
+    return frozenset(used)
 
 
 @functools.cache
@@ -226,13 +232,14 @@ def _modules_by_name() -> dict[str, str]:
     return modules
 
 
-def _used_by(source: str) -> set[str]:
+@functools.cache
+def _used_by(source: str) -> frozenset[str]:
     modules = _modules_by_name()
     used = {"launch"} if "# jaxpar.launch:" in source else set()
     try:
         tree = ast.parse(source)
     except SyntaxError:  # not Python: any module may be meant
-        return set(modules.values())
+        return frozenset(modules.values())
     docstrings = {
         id(node.body[0].value)
         for node in ast.walk(tree)
@@ -255,7 +262,7 @@ def _used_by(source: str) -> set[str]:
                 named += JAXPAR_NAME.findall(node.value)
                 for names in JAXPAR_IMPORT.findall(node.value):
                     named += [name.strip() for name in names.split(",")]
-    return used | {modules[name] for name in named if name in modules}
+    return frozenset(used | {modules[name] for name in named if name in modules})
 
 
 # What every built page is made with besides its own source: the theme, the build's tools,
@@ -268,16 +275,13 @@ THEME = (
     "docs/zh-hant-terms.yml",
     "docs/diagrams/*",
 )
-# The sources of each page type the browser tests load (sitetools.weight.PAGE_TYPES).
+# The sources of each page type the browser tests load (sitetools.weight.PAGE_TYPES), in a
+# language that has the page (see _page_sources for one that shows English's).
 PAGE_SOURCES = {
-    "home": ("docs/{language}/index.md", "docs/en/index.md"),
-    "tutorial": (
-        "docs/{language}/data-parallel/first-example.md",
-        "docs/en/data-parallel/first-example.md",
-        "snippets/data_parallel/*",
-    ),
+    "home": ("docs/{language}/index.md",),
+    "tutorial": ("docs/{language}/data-parallel/first-example.md", "snippets/data_parallel/*"),
     "notebook": ("snippets/data_parallel/linear_regression.*",),
-    "api": ("docs/{language}/api/profiles.md", "docs/en/api/profiles.md", *JAXPAR),
+    "api": ("docs/{language}/api/profiles.md", *JAXPAR),
     "status": (*EVERYTHING, "git:HEAD"),  # every page's state
     "404": (),
 }
@@ -305,15 +309,68 @@ def _loaded_page(params: dict[str, object]) -> tuple[str, ...]:
     nav (every page's title); its search index is a stub here (the search test loads the
     real one), so no other page's text."""
     language = _source_language(str(params["code"]))
-    sources = (pattern.format(language=language) for pattern in PAGE_SOURCES[str(params["kind"])])
+    sources = _page_sources(str(params["kind"]), language)
     titles = (f"docs/{language}/*#title", "docs/en/*#title", "snippets/*#title")
     return (*THEME, *titles, *sources)
+
+
+def _english_fallbacks(code: str) -> tuple[str, ...]:
+    """The English pages a language shows in English, having none of its own: every English
+    file for English itself."""
+    from sitetools.i18n import DOCS, SOURCE_LANGUAGE
+
+    if code == SOURCE_LANGUAGE:
+        return (f"docs/{SOURCE_LANGUAGE}/*",)
+    english, own = DOCS / SOURCE_LANGUAGE, DOCS / code
+    return tuple(
+        f"docs/{SOURCE_LANGUAGE}/{f.relative_to(english).as_posix()}"
+        for f in sorted(english.rglob("*"))
+        if f.is_file() and not (own / f.relative_to(english)).exists()
+    )
+
+
+def _language_site(code: str) -> tuple[str, ...]:
+    """What a language's built pages are made of, its translation status page aside (that
+    one follows English and git too): the theme, its pages, the English ones it falls
+    back to, the snippets and jaxpar (the API pages)."""
+    language = _source_language(code)
+    return (*THEME, f"docs/{language}/*", *_english_fallbacks(language), "snippets/*", *JAXPAR)
+
+
+def _page_sources(kind: str, language: str) -> tuple[str, ...]:
+    """A page type's sources in ``language``: English's page where it has none of its own.
+
+    >>> _page_sources("home", "ko")
+    ('docs/ko/index.md',)
+    """
+    fallbacks = _english_fallbacks(language)
+    sources = []
+    for pattern in PAGE_SOURCES[kind]:
+        page = pattern.format(language=language)
+        english = pattern.format(language="en")
+        sources.append(english if english in fallbacks else page)
+    return tuple(sources)
 
 
 def _searched_language(params: dict[str, object]) -> tuple[str, ...]:
     """A language's search: every page of it (and English, for pages not translated)."""
     language = _source_language(str(params["code"]))
-    return (*THEME, f"docs/{language}/*", "docs/en/*", *JAXPAR, "snippets/*#title")
+    fallbacks = _english_fallbacks(language)
+    return (*THEME, f"docs/{language}/*", *fallbacks, *JAXPAR, "snippets/*#title")
+
+
+def _styled(params: dict[str, object]) -> tuple[str, ...]:
+    """A language's page types and English's, compared for the stylesheets they load: the
+    theme and each page type's sources (the status page's stylesheets are its template's)."""
+    languages = {_source_language(str(params["code"])), "en"}
+    kinds = [kind for kind in PAGE_SOURCES if kind != "status"]
+    sources = {
+        source
+        for language in languages
+        for kind in kinds
+        for source in _page_sources(kind, language)
+    }
+    return (*THEME, "docs/*#title", "snippets/*#title", *sorted(sources))
 
 
 def _notebook(params: dict[str, object]) -> tuple[str, ...]:
@@ -379,6 +436,31 @@ NARROWER: dict[tuple[str, str], Callable[[dict[str, object]], tuple[str, ...]]] 
     ("test_browser.py", "test_page_loads_cleanly_and_accessibly"): _loaded_page,
     ("test_browser.py", "test_search_finds_pages_of_its_own_language_only"): _searched_language,
     ("test_site.py", "test_notebook_page_and_download_in_every_language"): _notebook,
+    ("test_site.py", "test_every_language_is_styled_as_english_is"): _styled,
+    (
+        "test_hant.py",
+        "test_no_wrong_form_nor_simplified_only_character_reaches_the_edition",
+    ): lambda _: _language_site("zh-hant"),
+    ("test_hant.py", "test_the_edition_shows_the_glossary_in_both_scripts"): lambda _: (
+        _language_site("zh-hant")
+    ),
+    ("test_hant.py", "test_the_edition_has_its_own_segmented_search_index"): lambda _: (
+        _language_site("zh-hant")
+    ),
+    # the calculator's page in every language, and the plan it computes
+    ("test_browser_will_it_fit.py", ""): lambda _: (
+        "tests/test_browser.py",  # its fixtures
+        *THEME,
+        "docs/*#title",
+        "snippets/*#title",
+        "docs/*/training-step/will-it-fit.md",
+        *JAXPAR,
+    ),
+    ("test_memory_plan.py", ""): lambda _: (
+        *JAXPAR,
+        "tools/sitetools/*",
+        "snippets/training_step/memory_grid.json",
+    ),
     ("test_status.py", ""): lambda _: (*EVERYTHING, "git:HEAD"),
     (
         "test_site.py",
@@ -389,6 +471,9 @@ NARROWER: dict[tuple[str, str], Callable[[dict[str, object]], tuple[str, ...]]] 
         "test_missing_includes_and_broken_anchors_fail_the_build_naming_page_and_path",
     ): lambda _: SMALL_COPY,
     ("test_tooling.py", "test_mkdocs_serve_serves_every_language"): lambda _: SMALL_COPY,
+    ("test_tooling.py", "test_after_an_edit_make_serve_still_names_every_page"): lambda _: (
+        SMALL_COPY
+    ),
     ("test_launch.py", ""): _test_module("test_launch.py"),
     ("test_launch_jax.py", ""): _test_module("test_launch_jax.py"),
     # it uses the helpers of the two modules above
