@@ -120,6 +120,7 @@ def copy_project(target: Path) -> Path:
         snippet = Path("snippets") / f"{SMALL_SNIPPET}{suffix}"
         (target / snippet).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / snippet, target / snippet)
+    copy_files(["snippets/recordings.json"], target)  # what recorded the outputs
     # The same settings with a smaller nav (edited as text: mkdocs.yml has !!python tags).
     config = (REPO / "mkdocs.yml").read_text(encoding="utf-8")
     nav = re.search(r"^nav:\n(?:[ #].*\n|\n)*", config, flags=re.MULTILINE)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import html
 import json
 import re
 import xml.etree.ElementTree as ET
@@ -404,6 +405,45 @@ def test_a_new_english_page_falls_back_with_a_notice_and_its_new_diagram_in_the_
     assert (tmp_path / "site" / "assets" / "vendor" / "mermaid" / "mermaid.min.js").exists()
     assert "<msup><mi>x</mi><mn>2</mn></msup>" in english
     assert "diagram 'Not drawn yet' has no drawing in docs/diagrams/" in result.stderr
+
+
+def test_a_page_says_what_recorded_its_outputs_and_warns_when_its_script_changed_since(
+    tmp_path,
+):
+    """Each page's line names the JAX version and CPU of its outputs' recording; a script
+    edited after its output was recorded (as under `make serve`) puts a warning on top of
+    every page showing that output, naming the script and the command that records it."""
+    from sitetools import recordings
+
+    project = copy_project(tmp_path / "project")
+    snippet = f"snippets/{SMALL_SNIPPET}.py"
+    recorded = recordings.load()[snippet]
+    extra = f'# Outputs\n\n```text\n--8<-- "snippets/{SMALL_SNIPPET}.out:setup"\n```\n'
+    (project / "docs" / "en" / "extra.md").write_text(extra, encoding="utf-8")
+    config = project / "mkdocs.yml"
+    config.write_text(
+        config.read_text(encoding="utf-8").replace(
+            "  - glossary.md\n", "  - glossary.md\n  - extra.md\n"
+        )
+    )
+    assert build(project, tmp_path / "site").returncode == 0
+    for code, language in LANGUAGES.items():
+        root = tmp_path / "site" / language.prefix
+        line = html.escape(language.labels["recorded_with"].format(**recorded), quote=False)
+        for page in ("extra/index.html", "notebooks/data_parallel/linear_regression/index.html"):
+            shown = (root / page).read_text(encoding="utf-8")
+            assert f'<p class="jaxpar-recorded"><small>{line}</small></p>' in shown, (code, page)
+            assert "make outputs" not in shown
+        glossary = (root / "glossary" / "index.html").read_text(encoding="utf-8")
+        assert "jaxpar-recorded" not in glossary  # it shows no output
+    with (project / snippet).open("a", encoding="utf-8") as script:
+        script.write("# edited after the recording\n")
+    assert build(project, tmp_path / "site").returncode == 0
+    for code, language in LANGUAGES.items():
+        shown = (tmp_path / "site" / language.prefix / "extra" / "index.html").read_text("utf-8")
+        warning = html.escape(language.labels["stale_output"].format(scripts=snippet), quote=False)
+        warning = re.sub(r"`([^`]*)`", r"<code>\1</code>", warning)
+        assert f'<div class="admonition warning">\n<p>{warning}</p>' in shown, code
 
 
 # Both in one page, so one build shows both: each problem of a page is named.

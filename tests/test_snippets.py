@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import difflib
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -180,3 +181,38 @@ def test_snippets_run_on_fewer_devices(devices: int):
 def test_every_recording_has_its_snippet():
     orphans = [p for p in (REPO / "snippets").rglob("*.out") if not p.with_suffix(".py").exists()]
     assert not orphans, f"recorded outputs without a snippet: {orphans}"
+
+
+def test_every_recording_names_the_script_jax_and_cpu_it_was_made_with():
+    """snippets/recordings.json holds, for each recorded output, the script as it was run
+    (its hash), the JAX version and the CPU: a script edited since its recording is named,
+    with the command that records it again."""
+    from sitetools import recordings
+
+    recorded = recordings.load()
+    snippets = [s for s in discover() if output_path(s).exists()]
+    stale = [s.relative_to(REPO).as_posix() for s in snippets if recordings.stale(s, recorded)]
+    assert not stale, (
+        f"{', '.join(stale)} changed after its output was recorded (or was never recorded): "
+        f'run make outputs SNIPPETS="{" ".join(stale)}"'
+    )
+    names = {s.relative_to(REPO).as_posix() for s in snippets}
+    assert set(recorded) == names, f"recordings of no snippet: {sorted(set(recorded) - names)}"
+    assert all(entry["jax"] and entry["cpu"] for entry in recorded.values())
+
+
+def test_a_script_edited_after_its_recording_is_stale(tmp_path, monkeypatch):
+    from sitetools import recordings
+
+    snippet = REPO / "snippets" / "data_parallel" / "linear_regression.py"
+    monkeypatch.setattr(recordings, "RECORDINGS_FILE", tmp_path / "recordings.json")
+    assert recordings.stale(snippet)  # never recorded
+    recordings.note({snippet: True})
+    assert not recordings.stale(snippet)
+    entry = recordings.load()["snippets/data_parallel/linear_regression.py"]
+    assert entry["cpu"] == recordings.cpu_kind() and entry["jax"] == metadata.version("jax")
+    assert recordings.stale(
+        snippet, {snippet.relative_to(REPO).as_posix(): entry | {"source": "0"}}
+    )
+    recordings.note({snippet: False})  # a recording kept within tolerance keeps its machine
+    assert recordings.load()["snippets/data_parallel/linear_regression.py"] == entry

@@ -1,7 +1,7 @@
 """MkDocs hooks of the site: languages, English fallbacks, snippet notebooks, fast serving.
 
 Each part lives in a module of tools/sitetools/: apisearch, calculator, codeblocks, diagrams, hant, i18n,
-includes, mathml, nbhtml, notebooks, serving, status, stylesheets, templates.
+includes, mathml, nbhtml, notebooks, recordings, serving, status, stylesheets, templates.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from sitetools import (
     mathml,
     nbhtml,
     notebooks,
+    recordings,
     roles,
     serving,
     status,
@@ -81,6 +82,10 @@ def on_page_markdown(markdown, page, config, files):
         markdown = i18n.add_notice(markdown, language)
     if language.converted_from:  # 繁體中文: the 简体中文 page, converted
         markdown = hant.convert_markdown(markdown)
+    shown = recordings.shown_outputs(markdown)
+    page.meta["recorded_with"] = recordings.recorded_with(shown, language.labels["recorded_with"])
+    if stale := [snippet for snippet in shown if recordings.stale(snippet)]:
+        markdown = recordings.stale_notice(stale, language.labels["stale_output"]) + markdown
     return calculator.with_calculator(markdown)  # the memory calculator's formula and data
 
 
@@ -99,6 +104,9 @@ def on_page_content(html, page, config, files):
 @event_priority(100)  # before the search plugin indexes the page
 def on_page_context(context, page, config, nav):
     if notebooks.is_notebook(page.file):
+        snippet = recordings.snippet_of_notebook(page.file.src_uri)
+        label = i18n.language_of(config).labels["recorded_with"]
+        page.meta["recorded_with"] = recordings.recorded_with([snippet], label)
         # The tutorial pages already hold this code and output: keep search results to them
         # (and skip indexing the notebooks' large HTML on every rebuild).
         page.meta["search"] = {"exclude": True}

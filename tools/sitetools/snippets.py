@@ -58,7 +58,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from sitetools import REPO, prestarted
+from sitetools import REPO, prestarted, recordings
 from sitetools.tolerances import declared_tolerances, differences
 
 SNIPPETS_DIR = REPO / "snippets"
@@ -494,18 +494,23 @@ def record(snippets: list[Path]) -> int:
     """Re-record the output of each snippet; returns the number that failed. The PyTorch
     twins among them run in one torchrun and one folder, and the snippets checked through
     a twin then run in that folder, reading what the twins wrote (a snippet checked through
-    a twin brings its twin along)."""
+    a twin brings its twin along). Each is noted in ``snippets/recordings.json``."""
     readers = [s for s in snippets if torchrun_arguments(checked_through(s) or s) is not None]
     readers = [s for s in readers if torchrun_arguments(s) is None]
     twins = [s for s in snippets if torchrun_arguments(s) is not None]
     twins += [checked_through(r) for r in readers if checked_through(r) not in twins]
-    others = [s for s in snippets if s not in twins + readers]
+    # One checked through another that is no twin (startup_check.py) runs only in the
+    # environment that one makes: its recording is kept, and re-checked by that one.
+    through = [s for s in snippets if checked_through(s) and s not in readers]
+    others = [s for s in snippets if s not in twins + readers + through]
+    others += [c for c in dict.fromkeys(checked_through(s) for s in through) if c not in others]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         results = list(pool.map(run, others))
     with tempfile.TemporaryDirectory(prefix="twins-") as folder:
         results += run_torch_group(twins, cwd=Path(folder)) if twins else []
         results += [run(reader, cwd=Path(folder)) for reader in readers]
     failures = 0
+    written: dict[Path, bool] = {}  # snippet -> whether this run's output was written
     for result in results:
         name = result.snippet.relative_to(REPO)
         if result.returncode != expected_status(result.snippet):
@@ -518,9 +523,16 @@ def record(snippets: list[Path]) -> int:
             if not differences(old, result.stdout, tolerances(result.snippet)):
                 # Another CPU's last bf16 digit: the recording stays as it is.
                 print(f"unchanged {target.relative_to(REPO)} (within its declared tolerance)")
+                written[result.snippet] = False
                 continue
         target.write_text(result.stdout, encoding="utf-8")
+        written[result.snippet] = True
         print(f"{'unchanged' if old == result.stdout else 'recorded'} {target.relative_to(REPO)}")
+    for snippet in through:
+        if written.get(checked_through(snippet)) is not None:
+            print(f"kept {output_path(snippet).relative_to(REPO)} (checked through its runner)")
+            written[snippet] = False
+    recordings.note(written)
     return failures
 
 

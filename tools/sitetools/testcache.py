@@ -274,6 +274,7 @@ THEME = (
     "docs/languages.yml",
     "docs/zh-hant-terms.yml",
     "docs/diagrams/*",
+    "snippets/recordings.json",  # each page's line saying what recorded its outputs
 )
 # The sources of each page type the browser tests load (sitetools.weight.PAGE_TYPES), in a
 # language that has the page (see _page_sources for one that shows English's).
@@ -295,6 +296,7 @@ SMALL_COPY = (
     "docs/*/glossary.md",
     "docs/*/glossary.md#title",
     "snippets/data_parallel/linear_regression.*",
+    "snippets/recordings.json",
 )
 
 
