@@ -473,6 +473,10 @@ NARROWER: dict[tuple[str, str], Callable[[dict[str, object]], tuple[str, ...]]] 
         "test_missing_includes_and_broken_anchors_fail_the_build_naming_page_and_path",
     ): lambda _: SMALL_COPY,
     ("test_tooling.py", "test_mkdocs_serve_serves_every_language"): lambda _: SMALL_COPY,
+    (
+        "test_site.py",
+        "test_a_page_says_what_recorded_its_outputs_and_warns_when_its_script_changed_since",
+    ): lambda _: SMALL_COPY,
     ("test_tooling.py", "test_after_an_edit_make_serve_still_names_every_page"): lambda _: (
         SMALL_COPY
     ),
