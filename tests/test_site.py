@@ -446,6 +446,22 @@ def test_a_page_says_what_recorded_its_outputs_and_warns_when_its_script_changed
         assert f'<div class="admonition warning">\n<p>{warning}</p>' in shown, code
 
 
+def test_every_language_s_search_worker_lets_a_query_s_last_word_count(site, tmp_path):
+    """sitetools.searchwords corrects Material's worker in each language (a query's last
+    Chinese word was never looked up whole) and names a new worker it cannot correct."""
+    from sitetools import searchwords
+
+    for code in LANGUAGES:
+        (worker,) = language_root(site, code).glob(searchwords.WORKER_GLOB)
+        text = worker.read_text(encoding="utf-8")
+        assert searchwords.WORKER_FIXED in text and searchwords.WORKER_SEGMENTING not in text
+    changed = tmp_path / searchwords.WORKER_GLOB.replace("*", "0")
+    changed.parent.mkdir(parents=True)
+    changed.write_text(text.replace(searchwords.WORKER_FIXED, "for(;;)"), encoding="utf-8")
+    with pytest.raises(searchwords.WorkerChanged, match="no longer segments Chinese queries"):
+        searchwords.fix_query_segmenting(tmp_path)
+
+
 # Both in one page, so one build shows both: each problem of a page is named.
 MISSING_INCLUDES = {
     "snippets/data_parallel/nowhere.py": (

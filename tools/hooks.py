@@ -1,10 +1,12 @@
 """MkDocs hooks of the site: languages, English fallbacks, snippet notebooks, fast serving.
 
 Each part lives in a module of tools/sitetools/: apisearch, calculator, codeblocks, diagrams, hant, i18n,
-includes, mathml, nbhtml, notebooks, recordings, serving, status, stylesheets, templates.
+includes, mathml, nbhtml, notebooks, recordings, searchwords, serving, status, stylesheets, templates.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from mkdocs.exceptions import PluginError
 from mkdocs.plugins import event_priority
@@ -21,6 +23,7 @@ from sitetools import (
     notebooks,
     recordings,
     roles,
+    searchwords,
     serving,
     status,
     stylesheets,
@@ -40,6 +43,8 @@ def on_startup(command: str, dirty: bool) -> None:
 def on_config(config):
     language = i18n.language_of(config)
     i18n.configure(config, language)
+    searchwords.teach_jieba()  # before any Chinese page is indexed
+    searchwords.set_separator(config, language.code)
     diagrams.use_drawings(config)
     sections = notebooks.nav_sections(notebooks.write_notebooks())
     config.nav = (config.nav or []) + i18n.translate_nav([{"Notebooks": sections}], language)
@@ -135,5 +140,9 @@ def on_post_build(config):
     language = i18n.language_of(config)
     serving.merge_search_index(config, language.code)  # runs after the search plugin's
     apisearch.leave_out_docstrings(config.site_dir, language.code)
+    try:
+        searchwords.fix_query_segmenting(Path(config.site_dir))
+    except searchwords.WorkerChanged as error:
+        raise PluginError(str(error)) from None
     if language.code == i18n.SOURCE_LANGUAGE:
         i18n.build_other_languages(config, serving.state)

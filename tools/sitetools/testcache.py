@@ -336,7 +336,15 @@ def _language_site(code: str) -> tuple[str, ...]:
     one follows English and git too): the theme, its pages, the English ones it falls
     back to, the snippets and jaxpar (the API pages)."""
     language = _source_language(code)
-    return (*THEME, f"docs/{language}/*", *_english_fallbacks(language), "snippets/*", *JAXPAR)
+    words = "docs/en/glossary.md"  # its Chinese terms are words of the index (searchwords)
+    return (
+        *THEME,
+        f"docs/{language}/*",
+        *_english_fallbacks(language),
+        words,
+        "snippets/*",
+        *JAXPAR,
+    )
 
 
 def _page_sources(kind: str, language: str) -> tuple[str, ...]:
@@ -358,7 +366,8 @@ def _searched_language(params: dict[str, object]) -> tuple[str, ...]:
     """A language's search: every page of it (and English, for pages not translated)."""
     language = _source_language(str(params["code"]))
     fallbacks = _english_fallbacks(language)
-    return (*THEME, f"docs/{language}/*", *fallbacks, *JAXPAR, "snippets/*#title")
+    words = "docs/en/glossary.md"  # its Chinese terms are words of the index (searchwords)
+    return (*THEME, f"docs/{language}/*", *fallbacks, words, *JAXPAR, "snippets/*#title")
 
 
 def _styled(params: dict[str, object]) -> tuple[str, ...]:
