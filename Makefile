@@ -27,10 +27,10 @@ serve: $(VENV)/.installed ## the site in every language at http://127.0.0.1:8000
 build: $(VENV)/.installed ## the whole site, every language, into site/ (strict)
 	$(BIN)/mkdocs build --strict
 
-test: $(VENV)/.installed $(VENV)/.torch-installed ## every check that CI runs, reusing the results whose inputs are unchanged
+test: $(VENV)/.tests-installed $(VENV)/.torch-installed ## every check that CI runs, reusing the results whose inputs are unchanged
 	$(BIN)/pytest
 
-test-all: $(VENV)/.installed $(VENV)/.torch-installed ## every check that CI runs, reusing nothing (as CI=true does)
+test-all: $(VENV)/.tests-installed $(VENV)/.torch-installed ## every check that CI runs, reusing nothing (as CI=true does)
 	$(BIN)/pytest --no-reuse
 
 test-browser: $(VENV)/.installed ## only the browser tests (headless Chromium; make test runs them too)
@@ -47,10 +47,10 @@ test-latest: check-python ## the same tests against the newest releases instead 
 	.venv-latest/bin/uv pip list --python .venv-latest/bin/python | grep -E '^(jax|jaxlib|flax|optax|mkdocs|mkdocs-material) '
 	.venv-latest/bin/pytest
 
-outputs: $(VENV)/.installed ## re-record the output of every snippet (or SNIPPETS="snippets/x/y.py ...")
+outputs: $(VENV)/.tests-installed $(VENV)/.torch-installed ## re-record the output of every snippet (or SNIPPETS="snippets/x/y.py ...")
 	$(BIN)/python -m sitetools.snippets record $(SNIPPETS)
 
-cpu-variants: $(VENV)/.installed ## run the snippets as other CPUs would (AVX2, other kernels, one core): which numbers move
+cpu-variants: $(VENV)/.tests-installed $(VENV)/.torch-installed ## run the snippets as other CPUs would (AVX2, other kernels, one core): which numbers move
 	$(BIN)/python -m sitetools.cpus $(SNIPPETS)
 
 diagrams: $(VENV)/.installed ## draw new or edited Mermaid diagrams into docs/diagrams/ (needs Chromium)
@@ -70,16 +70,22 @@ check-python:
 		exit 1; \
 	fi
 
-# XLA:GPU and XLA:TPU for jaxpar.compile_for, in a folder of their own (uv.lock's compilers
-# group): installed beside jax, they would load on every `import jax` and print warnings.
-XLA_COMPILERS := $(VENV)/xla-compilers
-
-# Install exactly what uv.lock pins, once, and again whenever the lock changes. Bytecode is
-# compiled at install: every snippet runs in a fresh process, and where PYTHONDONTWRITEBYTECODE
-# is set Python would otherwise recompile jax on every start.
+# Install exactly what uv.lock pins, once, and again whenever the lock changes: all that
+# `make serve` needs (Python compiles to bytecode only the modules it imports).
 $(VENV)/.installed: pyproject.toml uv.lock | check-python
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+	UV_PROJECT_ENVIRONMENT=$(VENV) $(BIN)/uv sync --locked --python $(BIN)/python
+	touch $@
+
+# What the tests and the recordings add. Bytecode for every package: every snippet runs in
+# a fresh process, and where PYTHONDONTWRITEBYTECODE is set Python would otherwise compile
+# jax again on every start. XLA:GPU and XLA:TPU for jaxpar.compile_for (uv.lock's compilers
+# group), in a folder of their own: installed beside jax, they would load on every
+# `import jax` and print warnings.
+XLA_COMPILERS := $(VENV)/xla-compilers
+
+$(VENV)/.tests-installed: $(VENV)/.installed
 	UV_PROJECT_ENVIRONMENT=$(VENV) $(BIN)/uv sync --locked --compile-bytecode --python $(BIN)/python
 	rm -rf $(XLA_COMPILERS)
 	$(BIN)/uv export --only-group compilers --frozen --no-header --no-emit-project > $(VENV)/compilers.txt
@@ -91,7 +97,7 @@ $(VENV)/.installed: pyproject.toml uv.lock | check-python
 # runs put on the path (sitetools.snippets): about 5 GB and a minute, which `make serve` skips.
 TORCH := $(VENV)/torch
 
-$(VENV)/.torch-installed: $(VENV)/.installed
+$(VENV)/.torch-installed: $(VENV)/.tests-installed
 	rm -rf $(TORCH)
 	$(BIN)/uv export --only-group torch --frozen --no-header --no-emit-project > $(VENV)/torch.txt
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --target $(TORCH) \

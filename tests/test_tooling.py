@@ -93,14 +93,16 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def serving(project: Path, *options: str) -> Iterator[Callable[[str], str]]:
-    """``mkdocs serve`` of ``project``; yields a function that fetches a path once served."""
+    """``mkdocs serve`` of ``project``; yields a function that fetches a path once served.
+    What it prints goes to ``serve.log`` beside ``project``."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"NO_MKDOCS_2_WARNING": "1"}
+    log = (project.parent / "serve.log").open("w")
     server = subprocess.Popen(
         [str(BIN / "mkdocs"), "serve", *options, "-a", f"127.0.0.1:{port}"],
         cwd=project,
         env=env,
-        stdout=subprocess.PIPE,
+        stdout=log,
         stderr=subprocess.STDOUT,
         text=True,
     )
@@ -123,6 +125,7 @@ def serving(project: Path, *options: str) -> Iterator[Callable[[str], str]]:
     finally:
         server.terminate()
         server.wait(timeout=30)
+        log.close()
 
 
 def test_mkdocs_serve_serves_every_language(tmp_path):
@@ -156,6 +159,28 @@ def test_after_an_edit_make_serve_still_names_every_page(tmp_path):
             after = NAV_TITLE.findall(html)
             assert len(before[path]) > 1 and "None" not in before[path]
             assert after == before[path], path
+    shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_a_restarted_make_serve_rebuilds_no_language_that_did_not_change(tmp_path):
+    """The first `make serve` builds the other languages side by side into .cache/site/; a
+    restart copies them from there, rebuilding none, and an edit after it still rebuilds
+    the page with every title in its nav."""
+    project = copy_project(tmp_path / "project")
+    with serving(project, "--dirty") as get:
+        before = NAV_TITLE.findall(get("zh/glossary/"))
+    with serving(project, "--dirty") as get:
+        assert NAV_TITLE.findall(get("zh/glossary/")) == before
+        restart = (tmp_path / "serve.log").read_text(encoding="utf-8")
+        page = project / "docs" / "zh" / "glossary.md"
+        page.write_text(page.read_text(encoding="utf-8") + "\nEdited.\n", encoding="utf-8")
+        deadline = time.monotonic() + 120
+        while "<p>Edited.</p>" not in (html := get("zh/glossary/")):
+            assert time.monotonic() < deadline, "zh/glossary/ was not rebuilt after the edit"
+            time.sleep(0.5)
+    assert "Building documentation to directory" not in restart, restart
+    assert len(before) > 1 and "None" not in before
+    assert NAV_TITLE.findall(html) == before
     shutil.rmtree(tmp_path, ignore_errors=True)
 
 

@@ -28,8 +28,8 @@ from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.exceptions import Abort, ConfigurationError
 from mkdocs.structure.files import File, Files, InclusionLevel
 
-from sitetools import REPO, hant
-from sitetools.serving import ServeState, stamp
+from sitetools import REPO, hant, serving
+from sitetools.serving import SERVE_CACHE, ServeState, stamp
 
 DOCS = REPO / "docs"
 LANGUAGES_FILE = DOCS / "languages.yml"
@@ -44,7 +44,6 @@ SHARED_INPUTS = [
     "tools",
     "overrides",
 ]
-SERVE_CACHE = REPO / ".cache" / "site"
 
 
 @dataclass(frozen=True)
@@ -305,26 +304,43 @@ def build_other_languages(config: MkDocsConfig, state: ServeState) -> None:
 
     Under ``mkdocs serve`` each language is built into a cache that outlives the temporary
     site directory, only when its inputs changed (dirty, under ``--dirty``), and copied
-    into place.
+    into place. Languages with no cache yet (the first ``make serve``) are built side by
+    side, as ``mkdocs build`` builds them.
     """
     others = list(load_languages().values())[1:]
     if not state.serving:
-        _build_side_by_side(config, others)
+        _build_side_by_side(config, [(lang, Path(config.site_dir) / lang.code) for lang in others])
         return
+    stale = []
     for language in others:
         cached = SERVE_CACHE / language.code
+        if language.code not in _served_stamps and cached.is_dir():  # a restart
+            _served_stamps[language.code] = serving.restore_language(language.code)
         current = stamp(_inputs(language))
         if _served_stamps.get(language.code) != current or not cached.is_dir():
+            stale.append((language, cached, current))
+    first = [(language, cached) for language, cached, _ in stale if not cached.is_dir()]
+    if len(first) > 1:
+        _build_side_by_side(config, first, save=True)
+    for language, cached, current in stale:
+        if (language, cached) in first and len(first) > 1:
+            serving.restore_language(language.code)
+        else:
             _build(config, language, cached, dirty=state.dirty and cached.is_dir())
-            _served_stamps[language.code] = current
+            serving.save_language(language.code, current)
+        _served_stamps[language.code] = current
+    for language in others:
+        cached = SERVE_CACHE / language.code
         shutil.copytree(cached, Path(config.site_dir) / language.code, dirs_exist_ok=True)
 
 
-def _build_side_by_side(config: MkDocsConfig, languages: list[Language]) -> None:
-    """Build each language into ``<site_dir>/<code>/`` in a process of its own, as many at
-    a time as there are CPUs. Each is forked from this one, which has imported and set up
-    everything already (templates, jieba's dictionary). ``mkdocs serve`` builds in this
-    process instead: what a dirty rebuild remembers of the last one lives here."""
+def _build_side_by_side(
+    config: MkDocsConfig, languages: list[tuple[Language, Path]], save: bool = False
+) -> None:
+    """Build each language into its folder in a process of its own, as many at a time as
+    there are CPUs. Each is forked from this one, which has imported and set up everything
+    already (templates, jieba's dictionary); with ``save``, each saves what its build knew
+    (serving.save_language), for this process to rebuild it dirty later."""
     fork = multiprocessing.get_context("fork")
     at_once = len(os.sched_getaffinity(0))
     running: list[multiprocessing.process.BaseProcess] = []
@@ -338,11 +354,10 @@ def _build_side_by_side(config: MkDocsConfig, languages: list[Language]) -> None
             if process.exitcode != 0:
                 failed.append(process.name)
 
-    for language in languages:
+    for language, site_dir in languages:
         while len(running) >= at_once:
             wait_for_one()
-        site_dir = Path(config.site_dir) / language.code
-        process = fork.Process(target=_build, args=(config, language, site_dir, False))
+        process = fork.Process(target=_build_and_save, args=(config, language, site_dir, save))
         process.name = language.code
         process.start()
         running.append(process)
@@ -350,6 +365,12 @@ def _build_side_by_side(config: MkDocsConfig, languages: list[Language]) -> None
         wait_for_one()
     if failed:
         raise Abort(f"the build of {', '.join(failed)} failed: its messages are above")
+
+
+def _build_and_save(config: MkDocsConfig, language: Language, site_dir: Path, save: bool) -> None:
+    _build(config, language, site_dir, dirty=False)
+    if save:
+        serving.save_language(language.code, stamp(_inputs(language)))
 
 
 def _build(config: MkDocsConfig, language: Language, site_dir: Path, dirty: bool) -> None:

@@ -12,6 +12,11 @@ in four ways, which this module corrects:
   pages it renders would name them "None"; each page keeps the title of its last build;
 - the languages other than English are rebuilt, dirty as well, into a cache that outlives
   the temporary site directory of ``mkdocs serve``, and only when their inputs changed.
+
+What a language's build knew (its inputs, its pages' titles, its search index) is saved
+beside its cache, so that a restart of ``make serve`` rebuilds only what changed since, and
+so that a first build made in a process of its own (side by side with the others) can be
+rebuilt dirty afterwards in the serving process.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ log = logging.getLogger("mkdocs.hooks.jaxpar")
 
 # Inputs that can change any page: a change rebuilds every page of every language.
 CONFIG_INPUTS = ["mkdocs.yml", "docs/languages.yml", "overrides", "tools", "src"]
+# Each language but English, built under `make serve` (and what its build knew, as JSON).
+SERVE_CACHE = REPO / ".cache" / "site"
 
 
 @dataclass
@@ -129,3 +136,30 @@ def merge_search_index(config: MkDocsConfig, code: str) -> None:
     index["docs"] = kept + index["docs"]
     state.search_entries[code] = index["docs"]
     path.write_text(json.dumps(index, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
+
+
+def _saved(code: str) -> Path:
+    return SERVE_CACHE / f"{code}.json"
+
+
+def save_language(code: str, inputs: tuple) -> None:
+    """Save what the build of ``code`` just made of ``inputs`` (:func:`stamp`'s) knows."""
+    saved = {
+        "inputs": inputs,
+        "config": state.config_stamps.get(code, ()),
+        "titles": state.titles.get(code, {}),
+    }
+    _saved(code).write_text(json.dumps(saved, ensure_ascii=False), encoding="utf-8")
+
+
+def restore_language(code: str) -> tuple | None:
+    """Take up what the last build of ``code`` into the cache knew, made by another
+    process or before a restart; returns the stamp of its inputs (None: nothing saved)."""
+    index = SERVE_CACHE / code / "search" / "search_index.json"
+    if not _saved(code).exists() or not index.exists():
+        return None
+    saved = json.loads(_saved(code).read_text(encoding="utf-8"))
+    state.config_stamps[code] = tuple(tuple(entry) for entry in saved["config"])
+    state.titles[code] = saved["titles"]
+    state.search_entries[code] = json.loads(index.read_text(encoding="utf-8"))["docs"]
+    return tuple(tuple(entry) for entry in saved["inputs"])

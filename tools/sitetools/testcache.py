@@ -489,6 +489,10 @@ NARROWER: dict[tuple[str, str], Callable[[dict[str, object]], tuple[str, ...]]] 
     ("test_tooling.py", "test_after_an_edit_make_serve_still_names_every_page"): lambda _: (
         SMALL_COPY
     ),
+    (
+        "test_tooling.py",
+        "test_a_restarted_make_serve_rebuilds_no_language_that_did_not_change",
+    ): lambda _: SMALL_COPY,
     ("test_launch.py", ""): _test_module("test_launch.py"),
     ("test_launch_jax.py", ""): _test_module("test_launch_jax.py"),
     # it uses the helpers of the two modules above
