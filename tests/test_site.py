@@ -444,6 +444,8 @@ def test_a_page_says_what_recorded_its_outputs_and_warns_when_its_script_changed
         warning = html.escape(language.labels["stale_output"].format(scripts=snippet), quote=False)
         warning = re.sub(r"`([^`]*)`", r"<code>\1</code>", warning)
         assert f'<div class="admonition warning">\n<p>{warning}</p>' in shown, code
+        assert shown.index("<h1") < shown.index('<div class="admonition warning">'), code
+        assert "<title>Outputs - " in shown, code  # the title is still the page's
 
 
 def test_every_language_s_search_worker_lets_a_query_s_last_word_count(site, tmp_path):

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from sitebuild import copy_project
 from sitetools import REPO
+from sitetools.i18n import load_languages
 
 BIN = Path(sys.executable).parent
 WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
@@ -165,7 +166,7 @@ def test_after_an_edit_make_serve_still_names_every_page(tmp_path):
 def test_a_restarted_make_serve_rebuilds_no_language_that_did_not_change(tmp_path):
     """The first `make serve` builds the other languages side by side into .cache/site/; a
     restart copies them from there, rebuilding none, and an edit after it still rebuilds
-    the page with every title in its nav."""
+    the page with every title in its nav; a page removed before a restart is gone."""
     project = copy_project(tmp_path / "project")
     with serving(project, "--dirty") as get:
         before = NAV_TITLE.findall(get("zh/glossary/"))
@@ -181,6 +182,10 @@ def test_a_restarted_make_serve_rebuilds_no_language_that_did_not_change(tmp_pat
     assert "Building documentation to directory" not in restart, restart
     assert len(before) > 1 and "None" not in before
     assert NAV_TITLE.findall(html) == before
+    # A translation removed while serve was stopped: the English page, with the notice.
+    (project / "docs" / "ko" / "glossary.md").unlink()
+    with serving(project, "--dirty") as get:
+        assert load_languages()["ko"].notice in get("ko/glossary/")
     shutil.rmtree(tmp_path, ignore_errors=True)
 
 

@@ -90,7 +90,7 @@ def on_page_markdown(markdown, page, config, files):
     shown = recordings.shown_outputs(markdown)
     page.meta["recorded_with"] = recordings.recorded_with(shown, language.labels["recorded_with"])
     if stale := [snippet for snippet in shown if recordings.stale(snippet)]:
-        markdown = recordings.stale_notice(stale, language.labels["stale_output"]) + markdown
+        markdown = recordings.with_stale_notice(markdown, stale, language.labels["stale_output"])
     return calculator.with_calculator(markdown)  # the memory calculator's formula and data
 
 

@@ -293,7 +293,8 @@ def _inputs(language: Language) -> list[Path]:
         f for f in english.rglob("*") if not (language.docs_dir / f.relative_to(english)).exists()
     ]
     converting = [hant.TERMS_FILE] if language.converted_from else []
-    return [REPO / p for p in SHARED_INPUTS] + [language.docs_dir, *converting, *missing]
+    words = [DOCS / SOURCE_LANGUAGE / "glossary.md"]  # words of the search index (searchwords)
+    return [REPO / p for p in SHARED_INPUTS] + [language.docs_dir, *converting, *missing, *words]
 
 
 _served_stamps: dict[str, tuple] = {}
@@ -319,14 +320,19 @@ def build_other_languages(config: MkDocsConfig, state: ServeState) -> None:
         current = stamp(_inputs(language))
         if _served_stamps.get(language.code) != current or not cached.is_dir():
             stale.append((language, cached, current))
-    first = [(language, cached) for language, cached, _ in stale if not cached.is_dir()]
+    first = [(lang, cached, current) for lang, cached, current in stale if not cached.is_dir()]
     if len(first) > 1:
-        _build_side_by_side(config, first, save=True)
+        _build_side_by_side(config, [(lang, cached) for lang, cached, _ in first], first)
     for language, cached, current in stale:
-        if (language, cached) in first and len(first) > 1:
+        if len(first) > 1 and (language, cached, current) in first:
             serving.restore_language(language.code)
         else:
-            _build(config, language, cached, dirty=state.dirty and cached.is_dir())
+            # A page added or removed (while serving or before a restart): a dirty build
+            # would keep the old one's HTML and search entries, so the language is rebuilt.
+            previous = {path for path, _ in _served_stamps.get(language.code) or ()}
+            same_files = previous == {path for path, _ in current}
+            dirty = state.dirty and cached.is_dir() and same_files
+            _build(config, language, cached, dirty=dirty)
             serving.save_language(language.code, current)
         _served_stamps[language.code] = current
     for language in others:
@@ -335,12 +341,16 @@ def build_other_languages(config: MkDocsConfig, state: ServeState) -> None:
 
 
 def _build_side_by_side(
-    config: MkDocsConfig, languages: list[tuple[Language, Path]], save: bool = False
+    config: MkDocsConfig,
+    languages: list[tuple[Language, Path]],
+    stamps: list[tuple[Language, Path, tuple]] | None = None,
 ) -> None:
     """Build each language into its folder in a process of its own, as many at a time as
     there are CPUs. Each is forked from this one, which has imported and set up everything
-    already (templates, jieba's dictionary); with ``save``, each saves what its build knew
-    (serving.save_language), for this process to rebuild it dirty later."""
+    already (templates, jieba's dictionary); given the ``stamps`` of their inputs (taken
+    before building: an edit during the build must show as a change), each saves what its
+    build knew (serving.save_language), for this process to rebuild it dirty later."""
+    saved = {language.code: current for language, _, current in stamps or []}
     fork = multiprocessing.get_context("fork")
     at_once = len(os.sched_getaffinity(0))
     running: list[multiprocessing.process.BaseProcess] = []
@@ -357,7 +367,8 @@ def _build_side_by_side(
     for language, site_dir in languages:
         while len(running) >= at_once:
             wait_for_one()
-        process = fork.Process(target=_build_and_save, args=(config, language, site_dir, save))
+        inputs = saved.get(language.code)
+        process = fork.Process(target=_build_and_save, args=(config, language, site_dir, inputs))
         process.name = language.code
         process.start()
         running.append(process)
@@ -367,10 +378,12 @@ def _build_side_by_side(
         raise Abort(f"the build of {', '.join(failed)} failed: its messages are above")
 
 
-def _build_and_save(config: MkDocsConfig, language: Language, site_dir: Path, save: bool) -> None:
+def _build_and_save(
+    config: MkDocsConfig, language: Language, site_dir: Path, inputs: tuple | None
+) -> None:
     _build(config, language, site_dir, dirty=False)
-    if save:
-        serving.save_language(language.code, stamp(_inputs(language)))
+    if inputs is not None:
+        serving.save_language(language.code, inputs)
 
 
 def _build(config: MkDocsConfig, language: Language, site_dir: Path, dirty: bool) -> None:

@@ -108,11 +108,16 @@ def snippet_of_notebook(src_uri: str) -> Path:
     return REPO / "snippets" / Path(src_uri).relative_to("notebooks").with_suffix(".py")
 
 
-def stale_notice(snippets: list[Path], template: str) -> str:
-    """A warning admonition, put on top of a page whose shown outputs are older than their
-    scripts: ``template`` names them (``{scripts}``)."""
+def with_stale_notice(markdown: str, snippets: list[Path], template: str) -> str:
+    """The page with a warning under its title: the outputs it shows of ``snippets`` are
+    older than their scripts (``template`` names them: ``{scripts}``)."""
     names = " ".join(s.relative_to(REPO).as_posix() for s in snippets)
-    return f'!!! warning ""\n    {template.format(scripts=names)}\n\n'
+    notice = f'!!! warning ""\n    {template.format(scripts=names)}\n\n'
+    lines = markdown.splitlines(keepends=True)
+    for index, line in enumerate(lines):
+        if line.startswith("# "):  # the title stays the page's first element
+            return "".join(lines[: index + 1]) + "\n" + notice + "".join(lines[index + 1 :])
+    return notice + markdown
 
 
 def recorded_with(snippets: list[Path], template: str) -> str | None:

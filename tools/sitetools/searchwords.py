@@ -27,7 +27,6 @@ IN_PARENTHESES = re.compile(r"（[^）]*）|\([^)]*\)")
 TYPED = ("多机", "多节点")
 
 
-@functools.cache
 def glossary_terms() -> tuple[str, ...]:
     """The Chinese terms of the glossary and :data:`TYPED`, simplified then traditional,
     each once.
@@ -35,6 +34,11 @@ def glossary_terms() -> tuple[str, ...]:
     >>> {"全归约", "全歸約", "数据并行"} <= set(glossary_terms())
     True
     """
+    return _glossary_terms(GLOSSARY.stat().st_mtime_ns)
+
+
+@functools.cache
+def _glossary_terms(mtime_ns: int) -> tuple[str, ...]:
     terms: list[str] = []
     for line in GLOSSARY.read_text(encoding="utf-8").splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
@@ -62,13 +66,17 @@ def set_separator(config: MkDocsConfig, code: str) -> None:
         search.config.separator = SEPARATORS.get(code)
 
 
-@functools.cache
 def teach_jieba() -> None:
-    """Give jieba every glossary term as a word, once per process (the forked language
-    builds inherit it)."""
+    """Give jieba every glossary term as a word, once per process and glossary edit (the
+    forked language builds inherit them)."""
+    _teach(glossary_terms())
+
+
+@functools.cache
+def _teach(terms: tuple[str, ...]) -> None:
     import jieba
 
-    for term in glossary_terms():
+    for term in terms:
         jieba.add_word(term)
 
 

@@ -32,6 +32,7 @@ from mkdocs.structure.pages import Page
 
 from sitetools import REPO
 from sitetools.includes import find_includes
+from sitetools.recordings import RECORDINGS_FILE
 
 log = logging.getLogger("mkdocs.hooks.jaxpar")
 
@@ -59,7 +60,8 @@ state = ServeState()
 def stamp(paths: list[Path]) -> tuple:
     """Modification times of every file under ``paths``."""
     files = [f for p in paths for f in ([p] if p.is_file() else p.rglob("*"))]
-    return tuple(sorted((str(f), f.stat().st_mtime_ns) for f in files if f.is_file()))
+    files = [f for f in files if f.is_file() and "__pycache__" not in f.parts]
+    return tuple(sorted((str(f), f.stat().st_mtime_ns) for f in files))
 
 
 def dirty_serving() -> bool:
@@ -88,10 +90,11 @@ def _includes_changed(file: File) -> bool:
         return False
     built = destination.stat().st_mtime
     text = Path(file.abs_src_path).read_text(encoding="utf-8")
-    return any(
-        (REPO / include.path).exists() and (REPO / include.path).stat().st_mtime > built
-        for include in find_includes(text)
-    )
+    includes = find_includes(text)
+    # What recorded the outputs (a re-recording within tolerance changes only this file).
+    recorded = RECORDINGS_FILE if any(i.path.endswith(".out") for i in includes) else None
+    paths = [REPO / include.path for include in includes] + ([recorded] if recorded else [])
+    return any(path.exists() and path.stat().st_mtime > built for path in paths)
 
 
 def remember_rebuilt_page(code: str, page: Page) -> None:
@@ -149,7 +152,9 @@ def save_language(code: str, inputs: tuple) -> None:
         "config": state.config_stamps.get(code, ()),
         "titles": state.titles.get(code, {}),
     }
-    _saved(code).write_text(json.dumps(saved, ensure_ascii=False), encoding="utf-8")
+    partial = _saved(code).with_suffix(".partial")
+    partial.write_text(json.dumps(saved, ensure_ascii=False), encoding="utf-8")
+    partial.replace(_saved(code))  # whole or not at all, if serve is stopped meanwhile
 
 
 def restore_language(code: str) -> tuple | None:
@@ -158,8 +163,13 @@ def restore_language(code: str) -> tuple | None:
     index = SERVE_CACHE / code / "search" / "search_index.json"
     if not _saved(code).exists() or not index.exists():
         return None
-    saved = json.loads(_saved(code).read_text(encoding="utf-8"))
-    state.config_stamps[code] = tuple(tuple(entry) for entry in saved["config"])
-    state.titles[code] = saved["titles"]
-    state.search_entries[code] = json.loads(index.read_text(encoding="utf-8"))["docs"]
-    return tuple(tuple(entry) for entry in saved["inputs"])
+    try:
+        saved = json.loads(_saved(code).read_text(encoding="utf-8"))
+        config = tuple(tuple(entry) for entry in saved["config"])
+        titles, inputs = dict(saved["titles"]), tuple(tuple(entry) for entry in saved["inputs"])
+        entries = json.loads(index.read_text(encoding="utf-8"))["docs"]
+    except (ValueError, KeyError, TypeError):  # damaged, or of another version: build anew
+        return None
+    state.config_stamps[code], state.titles[code] = config, titles
+    state.search_entries[code] = entries
+    return inputs

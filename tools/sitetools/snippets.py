@@ -499,23 +499,22 @@ def record(snippets: list[Path]) -> int:
     readers = [s for s in readers if torchrun_arguments(s) is None]
     twins = [s for s in snippets if torchrun_arguments(s) is not None]
     twins += [checked_through(r) for r in readers if checked_through(r) not in twins]
-    # One checked through another that is no twin (startup_check.py) runs only in the
-    # environment that one makes: its recording is kept, and re-checked by that one.
+    # One checked through another that is no twin runs alone where it can (train.py); where
+    # it can run only in the environment its runner makes (startup_check.py), its recording
+    # is kept if the runner, which re-checks it, succeeds.
     through = [s for s in snippets if checked_through(s) and s not in readers]
-    others = [s for s in snippets if s not in twins + readers + through]
+    others = [s for s in snippets if s not in twins + readers]
     others += [c for c in dict.fromkeys(checked_through(s) for s in through) if c not in others]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         results = list(pool.map(run, others))
     with tempfile.TemporaryDirectory(prefix="twins-") as folder:
         results += run_torch_group(twins, cwd=Path(folder)) if twins else []
         results += [run(reader, cwd=Path(folder)) for reader in readers]
-    failures = 0
+    failed: list[RunResult] = []
     written: dict[Path, bool] = {}  # snippet -> whether this run's output was written
     for result in results:
-        name = result.snippet.relative_to(REPO)
         if result.returncode != expected_status(result.snippet):
-            failures += 1
-            print(f"FAILED {name}\n{result.stdout}{result.stderr}", file=sys.stderr)
+            failed.append(result)
             continue
         target = output_path(result.snippet)
         old = target.read_text(encoding="utf-8") if target.exists() else None
@@ -528,10 +527,15 @@ def record(snippets: list[Path]) -> int:
         target.write_text(result.stdout, encoding="utf-8")
         written[result.snippet] = True
         print(f"{'unchanged' if old == result.stdout else 'recorded'} {target.relative_to(REPO)}")
-    for snippet in through:
-        if written.get(checked_through(snippet)) is not None:
-            print(f"kept {output_path(snippet).relative_to(REPO)} (checked through its runner)")
-            written[snippet] = False
+    failures = 0
+    for result in failed:
+        if result.snippet in through and written.get(checked_through(result.snippet)) is not None:
+            print(f"kept {output_path(result.snippet).relative_to(REPO)} (its runner re-checks it)")
+            written[result.snippet] = False
+            continue
+        failures += 1
+        name = result.snippet.relative_to(REPO)
+        print(f"FAILED {name}\n{result.stdout}{result.stderr}", file=sys.stderr)
     recordings.note(written)
     return failures
 
