@@ -9,6 +9,7 @@ from pathlib import Path  # noqa: E402
 import jax  # noqa: E402
 import pytest  # noqa: E402
 from sitebuild import start_shared_build, wait_for_shared_build  # noqa: E402
+from sitetools import testcache  # noqa: E402
 
 jax.config.update("jax_num_cpu_devices", 8)
 
@@ -38,6 +39,34 @@ def _start_site_build(request, tmp_path_factory) -> None:
     """Start the one site build early, if any test of this run reads the site."""
     if any("site" in item.fixturenames for item in request.session.items):
         start_shared_build(shared_root(tmp_path_factory) / "shared")
+
+
+# The key of every input of the site when a run last ended with every test passed.
+SITE_CHECKED = "jaxpar/site-checked"
+
+
+def reusing(config: pytest.Config) -> bool:
+    """tests/reuse.py's answer (imported here, it could not be rewritten for assertions)."""
+    return config.pluginmanager.get_plugin("reuse").reusing(config)
+
+
+@pytest.hookimpl(trylast=True)  # once pytest's temporary folders are set up
+def pytest_configure(config: pytest.Config) -> None:
+    """Where results are reused (not in CI), start the site build before the test processes
+    start and collect (5 s or so), if the site's inputs changed since the last run that
+    passed: then some test that reads the site runs again."""
+    if hasattr(config, "workerinput") or not reusing(config):
+        return
+    if config.cache.get(SITE_CHECKED, None) != testcache.key(testcache.EVERYTHING):
+        start_shared_build(config._tmp_path_factory.getbasetemp() / "shared")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    if hasattr(config, "workerinput") or not reusing(config):
+        return
+    if exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        config.cache.set(SITE_CHECKED, testcache.key(testcache.EVERYTHING))
 
 
 @pytest.fixture(scope="session")
