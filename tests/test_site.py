@@ -407,17 +407,29 @@ def test_a_new_english_page_falls_back_with_a_notice_and_its_new_diagram_in_the_
     assert "diagram 'Not drawn yet' has no drawing in docs/diagrams/" in result.stderr
 
 
-def test_a_page_says_what_recorded_its_outputs_and_warns_when_its_script_changed_since(
-    tmp_path,
-):
-    """Each page's line names the JAX version and CPU of its outputs' recording; a script
-    edited after its output was recorded (as under `make serve`) puts a warning on top of
-    every page showing that output, naming the script and the command that records it."""
+def test_published_pages_say_what_recorded_their_outputs_and_warn_of_nothing(site):
+    """Each page's line names the JAX version and CPU of its outputs' recording, in its
+    language; a page that shows no output has none; no page warns of a stale output."""
     from sitetools import recordings
 
+    snippet = SMALL_SNIPPET.rsplit("/", 1)[-1]
+    recorded = recordings.load()[f"snippets/{SMALL_SNIPPET}.py"]
+    for code, language in LANGUAGES.items():
+        root = language_root(site, code)
+        line = html.escape(language.labels["recorded_with"].format(**recorded), quote=False)
+        for page in ("data-parallel/first-example", f"notebooks/data_parallel/{snippet}"):
+            shown = (root / page / "index.html").read_text(encoding="utf-8")
+            assert f'<p class="jaxpar-recorded"><small>{line}</small></p>' in shown, (code, page)
+            assert "make outputs" not in shown
+        glossary = (root / "glossary" / "index.html").read_text(encoding="utf-8")
+        assert "jaxpar-recorded" not in glossary  # it shows no output
+
+
+def test_a_script_edited_after_its_recording_puts_a_warning_under_the_page_s_title(tmp_path):
+    """As under `make serve` after a snippet edit: every page showing that script's output
+    warns under its title, naming the script and the command that records it again."""
     project = copy_project(tmp_path / "project")
     snippet = f"snippets/{SMALL_SNIPPET}.py"
-    recorded = recordings.load()[snippet]
     extra = f'# Outputs\n\n```text\n--8<-- "snippets/{SMALL_SNIPPET}.out:setup"\n```\n'
     (project / "docs" / "en" / "extra.md").write_text(extra, encoding="utf-8")
     config = project / "mkdocs.yml"
@@ -426,16 +438,6 @@ def test_a_page_says_what_recorded_its_outputs_and_warns_when_its_script_changed
             "  - glossary.md\n", "  - glossary.md\n  - extra.md\n"
         )
     )
-    assert build(project, tmp_path / "site").returncode == 0
-    for code, language in LANGUAGES.items():
-        root = tmp_path / "site" / language.prefix
-        line = html.escape(language.labels["recorded_with"].format(**recorded), quote=False)
-        for page in ("extra/index.html", "notebooks/data_parallel/linear_regression/index.html"):
-            shown = (root / page).read_text(encoding="utf-8")
-            assert f'<p class="jaxpar-recorded"><small>{line}</small></p>' in shown, (code, page)
-            assert "make outputs" not in shown
-        glossary = (root / "glossary" / "index.html").read_text(encoding="utf-8")
-        assert "jaxpar-recorded" not in glossary  # it shows no output
     with (project / snippet).open("a", encoding="utf-8") as script:
         script.write("# edited after the recording\n")
     assert build(project, tmp_path / "site").returncode == 0

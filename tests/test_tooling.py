@@ -142,47 +142,35 @@ def test_mkdocs_serve_serves_every_language(tmp_path):
 NAV_TITLE = re.compile(r'<span class="md-ellipsis">\s*(.*?)\s*</span>', re.DOTALL)
 
 
-def test_after_an_edit_make_serve_still_names_every_page(tmp_path):
-    """`make serve` (`mkdocs serve --dirty`) rebuilds only the edited page: its nav and its
-    Previous/Next links still name the pages it did not rebuild, in every language."""
+def test_make_serve_rebuilds_an_edited_page_and_after_a_restart_only_what_changed(tmp_path):
+    """`make serve` (`mkdocs serve --dirty`) rebuilds only the edited page, whose nav and
+    Previous/Next links still name every page it did not rebuild, in every language. Its
+    first run builds the other languages side by side into .cache/site/; a restart copies
+    them from there, rebuilding none, and an edit after it keeps the nav; a translation
+    removed before a restart gives the English page."""
     project = copy_project(tmp_path / "project")
-    paths = ["glossary/", "zh/glossary/"]
-    with serving(project, "--dirty") as get:  # as make serve runs it: watching for edits
-        before = {path: NAV_TITLE.findall(get(path)) for path in paths}
-        for language in ("en", "zh"):
-            page = project / "docs" / language / "glossary.md"
-            page.write_text(page.read_text(encoding="utf-8") + "\nEdited.\n", encoding="utf-8")
-        deadline = time.monotonic() + 120
-        for path in paths:
-            while "<p>Edited.</p>" not in (html := get(path)):
-                assert time.monotonic() < deadline, f"{path} was not rebuilt after the edit"
-                time.sleep(0.5)
-            after = NAV_TITLE.findall(html)
-            assert len(before[path]) > 1 and "None" not in before[path]
-            assert after == before[path], path
-    shutil.rmtree(tmp_path, ignore_errors=True)
 
-
-def test_a_restarted_make_serve_rebuilds_no_language_that_did_not_change(tmp_path):
-    """The first `make serve` builds the other languages side by side into .cache/site/; a
-    restart copies them from there, rebuilding none, and an edit after it still rebuilds
-    the page with every title in its nav; a page removed before a restart is gone."""
-    project = copy_project(tmp_path / "project")
-    with serving(project, "--dirty") as get:
-        before = NAV_TITLE.findall(get("zh/glossary/"))
-    with serving(project, "--dirty") as get:
-        assert NAV_TITLE.findall(get("zh/glossary/")) == before
-        restart = (tmp_path / "serve.log").read_text(encoding="utf-8")
-        page = project / "docs" / "zh" / "glossary.md"
-        page.write_text(page.read_text(encoding="utf-8") + "\nEdited.\n", encoding="utf-8")
+    def edit_and_get(get, language: str, path: str, text: str) -> str:
+        page = project / "docs" / language / "glossary.md"
+        page.write_text(page.read_text(encoding="utf-8") + f"\n{text}\n", encoding="utf-8")
         deadline = time.monotonic() + 120
-        while "<p>Edited.</p>" not in (html := get("zh/glossary/")):
-            assert time.monotonic() < deadline, "zh/glossary/ was not rebuilt after the edit"
+        while f"<p>{text}</p>" not in (html := get(path)):
+            assert time.monotonic() < deadline, f"{path} was not rebuilt after the edit"
             time.sleep(0.5)
+        return html
+
+    paths = {"en": "glossary/", "zh": "zh/glossary/"}
+    with serving(project, "--dirty") as get:
+        before = {path: NAV_TITLE.findall(get(path)) for path in paths.values()}
+        for language, path in paths.items():
+            assert NAV_TITLE.findall(edit_and_get(get, language, path, "Edited.")) == before[path]
+    assert all(len(titles) > 1 and "None" not in titles for titles in before.values())
+    with serving(project, "--dirty") as get:
+        assert NAV_TITLE.findall(get("zh/glossary/")) == before["zh/glossary/"]
+        restart = (tmp_path / "serve.log").read_text(encoding="utf-8")
+        html = edit_and_get(get, "zh", "zh/glossary/", "Edited again.")
     assert "Building documentation to directory" not in restart, restart
-    assert len(before) > 1 and "None" not in before
-    assert NAV_TITLE.findall(html) == before
-    # A translation removed while serve was stopped: the English page, with the notice.
+    assert NAV_TITLE.findall(html) == before["zh/glossary/"]
     (project / "docs" / "ko" / "glossary.md").unlink()
     with serving(project, "--dirty") as get:
         assert load_languages()["ko"].notice in get("ko/glossary/")

@@ -484,14 +484,11 @@ NARROWER: dict[tuple[str, str], Callable[[dict[str, object]], tuple[str, ...]]] 
     ("test_tooling.py", "test_mkdocs_serve_serves_every_language"): lambda _: SMALL_COPY,
     (
         "test_site.py",
-        "test_a_page_says_what_recorded_its_outputs_and_warns_when_its_script_changed_since",
+        "test_a_script_edited_after_its_recording_puts_a_warning_under_the_page_s_title",
     ): lambda _: SMALL_COPY,
-    ("test_tooling.py", "test_after_an_edit_make_serve_still_names_every_page"): lambda _: (
-        SMALL_COPY
-    ),
     (
         "test_tooling.py",
-        "test_a_restarted_make_serve_rebuilds_no_language_that_did_not_change",
+        "test_make_serve_rebuilds_an_edited_page_and_after_a_restart_only_what_changed",
     ): lambda _: SMALL_COPY,
     ("test_launch.py", ""): _test_module("test_launch.py"),
     ("test_launch_jax.py", ""): _test_module("test_launch_jax.py"),
