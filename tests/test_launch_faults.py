@@ -94,7 +94,10 @@ def check_one_leaves_early(folder: Path) -> None:
     took = time.time() - ready
     assert launcher.returncode == EXIT_UNFINISHED, out + err
     assert "rank 1 finished, but ranks [0] were still working 10 s later" in out
-    assert took < FINISH_SECONDS + 5, f"{took:.1f} s after the early exit"
+    # Not a timing test: without FINISH_SECONDS the run hangs until JAX's coordination
+    # service gives up (303 s in the fault report); on a loaded 2-core CI machine the
+    # stop after FINISH_SECONDS took 15.2 s, alone it takes about 12 s.
+    assert took < FINISH_SECONDS + 50, f"{took:.1f} s after the early exit"
     no_noise(out + err)
     assert survivors(folder) == []
 
@@ -132,7 +135,10 @@ def check_timeout_ends_promptly(folder: Path) -> None:
     started_at = time.time()
     out, err = launcher.communicate(timeout=120)
     assert launcher.returncode == EXIT_TIMEOUT, out + err
-    assert time.time() - started_at < 20 + 3
+    # Not a timing test: ranks left in their collectives would run until communicate()
+    # gives up (120 s); the stop itself is SIGINT, then SIGKILL after STOP_SECONDS (1.5 s),
+    # which a loaded CI machine stretched to 3.4 s.
+    assert time.time() - started_at < 20 + 30, f"{time.time() - started_at:.1f} s"
     assert survivors(folder) == []
 
 
@@ -174,7 +180,7 @@ def test_every_fault_of_real_jax_ranks(tmp_path):
         "two ranks raise at once: one traceback": check_both_raise,
         "a rank leaves early: stopped after FINISH_SECONDS": check_one_leaves_early,
         "Ctrl-C twice: ends within 2 s, no launcher traceback": check_ctrl_c_twice,
-        "--timeout: ends within 2 s of it": check_timeout_ends_promptly,
+        "--timeout: stops the ranks in their collectives": check_timeout_ends_promptly,
         "SIGTERM: passed on as a preemption notice": check_sigterm_is_a_preemption_notice,
         "children in their own session end with a successful run": check_children_in_their_own_session_end_with_the_run,
     }
