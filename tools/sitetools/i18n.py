@@ -258,12 +258,17 @@ def add_fallbacks(files: Files, config: MkDocsConfig, language: Language) -> Fil
 
 def add_notice(markdown: str, language: Language) -> str:
     """Put the language's 'not translated yet' notice under the page's title."""
-    notice = f'!!! warning "{language.name}"\n\n    {language.notice}\n\n'
+    return under_title(markdown, f'!!! warning "{language.name}"\n\n    {language.notice}\n\n')
+
+
+def under_title(markdown: str, block: str) -> str:
+    """The page with ``block`` right under its ``# `` title, which stays the page's first
+    element (MkDocs takes the title only from there); on top if it has none."""
     lines = markdown.splitlines(keepends=True)
     for index, line in enumerate(lines):
         if line.startswith("# "):
-            return "".join(lines[: index + 1]) + "\n" + notice + "".join(lines[index + 1 :])
-    return notice + markdown
+            return "".join(lines[: index + 1]) + "\n" + block + "".join(lines[index + 1 :])
+    return block + markdown
 
 
 def alternates(page_url: str, current: Language) -> list[dict[str, str]]:

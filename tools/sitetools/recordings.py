@@ -112,12 +112,9 @@ def with_stale_notice(markdown: str, snippets: list[Path], template: str) -> str
     """The page with a warning under its title: the outputs it shows of ``snippets`` are
     older than their scripts (``template`` names them: ``{scripts}``)."""
     names = " ".join(s.relative_to(REPO).as_posix() for s in snippets)
-    notice = f'!!! warning ""\n    {template.format(scripts=names)}\n\n'
-    lines = markdown.splitlines(keepends=True)
-    for index, line in enumerate(lines):
-        if line.startswith("# "):  # the title stays the page's first element
-            return "".join(lines[: index + 1]) + "\n" + notice + "".join(lines[index + 1 :])
-    return notice + markdown
+    from sitetools.i18n import under_title
+
+    return under_title(markdown, f'!!! warning ""\n    {template.format(scripts=names)}\n\n')
 
 
 def recorded_with(snippets: list[Path], template: str) -> str | None:
