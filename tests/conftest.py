@@ -1,6 +1,9 @@
 """Shared set-up: 8 simulated CPU devices in every test process, as on the site's pages."""
 
+import fcntl
+import json
 import os
+from collections.abc import Callable
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -32,6 +35,28 @@ def shared_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder that every test process of this run shares (pytest-xdist's workers too)."""
     base = tmp_path_factory.getbasetemp()
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+Made = Callable[[str, Callable[[Path], str]], tuple[Path, str]]
+
+
+@pytest.fixture(scope="session")
+def once_per_run(tmp_path_factory) -> Made:
+    """``once_per_run(name, make)``: ``make(folder)``, called by the first test process of
+    this run that asks; the others wait for it, then get the same folder and result. (A
+    module fixture runs once in each test process that runs one of its tests.)"""
+
+    def made(name: str, make: Callable[[Path], str]) -> tuple[Path, str]:
+        root = shared_root(tmp_path_factory) / "once" / name
+        root.mkdir(parents=True, exist_ok=True)
+        with (root / "lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            done = root / "result.json"
+            if not done.exists():  # or make() failed in another process: it fails here too
+                done.write_text(json.dumps(make(root / "folder")), encoding="utf-8")
+            return root / "folder", json.loads(done.read_text(encoding="utf-8"))
+
+    return made
 
 
 @pytest.fixture(scope="session", autouse=True)

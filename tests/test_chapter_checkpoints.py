@@ -184,12 +184,17 @@ def train(workdir: Path, steps: int) -> tuple[int, str, str]:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory) -> tuple[Path, str]:
-    workdir = tmp_path_factory.mktemp("uninterrupted") / "run"
-    status, output, logged = train(workdir, 12)
-    assert status == 0, output
-    assert sorted(p.name for p in (workdir / "checkpoints").iterdir()) == ["12", "8"]
-    return workdir, logged
+def uninterrupted(once_per_run) -> tuple[Path, str]:
+    """A run of 12 steps, made once for every test process: its folder and log."""
+
+    def make(folder: Path) -> str:
+        status, output, logged = train(folder / "run", 12)
+        assert status == 0, output
+        assert sorted(p.name for p in (folder / "run" / "checkpoints").iterdir()) == ["12", "8"]
+        return logged
+
+    folder, logged = once_per_run("uninterrupted", make)
+    return folder / "run", logged
 
 
 @pytest.fixture
@@ -499,10 +504,13 @@ PREEMPTED_STEPS = 30  # not a multiple of 4: force= saves the last step
 
 
 @pytest.fixture(scope="module")
-def uninterrupted_30(tmp_path_factory) -> str:
-    status, output, logged = train(tmp_path_factory.mktemp("thirty") / "run", PREEMPTED_STEPS)
-    assert status == 0, output
-    return logged
+def uninterrupted_30(once_per_run) -> str:
+    def make(folder: Path) -> str:
+        status, output, logged = train(folder / "run", PREEMPTED_STEPS)
+        assert status == 0, output
+        return logged
+
+    return once_per_run("uninterrupted_30", make)[1]
 
 
 def preempt(workdir: Path, in_save: bool) -> tuple[int, bool]:

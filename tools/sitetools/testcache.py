@@ -481,7 +481,6 @@ NARROWER: dict[tuple[str, str], Callable[[dict[str, object]], tuple[str, ...]]] 
         "test_site.py",
         "test_missing_includes_and_broken_anchors_fail_the_build_naming_page_and_path",
     ): lambda _: SMALL_COPY,
-    ("test_tooling.py", "test_mkdocs_serve_serves_every_language"): lambda _: SMALL_COPY,
     (
         "test_site.py",
         "test_a_script_edited_after_its_recording_puts_a_warning_under_the_page_s_title",
