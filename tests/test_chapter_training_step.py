@@ -2,8 +2,8 @@
 
 Every number the two pages state is checked here against the output it was recorded in
 (XLA:CPU, 8 simulated devices), so that a change of JAX, XLA or the snippet that moves
-one of them fails a test instead of leaving the prose wrong. Both pages show cells of one
-script, `gpt.py`: the technique table reuses the step the layouts compiled.
+one of them fails a test instead of leaving the prose wrong. The first page shows the model
+of `gpt.py` and the cells of `layouts.py`, the second those of `techniques.py`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,11 @@ from sitetools import REPO
 from sitetools.snippets import read_sections, tolerances
 
 CHAPTER = REPO / "snippets/training_step"
-GPT = read_sections((CHAPTER / "gpt.out").read_text(encoding="utf-8"))
-TECHNIQUES = GPT  # the second page's cells, from the same script
+GPT = {
+    **read_sections((CHAPTER / "gpt.out").read_text(encoding="utf-8")),
+    **read_sections((CHAPTER / "layouts.out").read_text(encoding="utf-8")),
+}
+TECHNIQUES = read_sections((CHAPTER / "techniques.out").read_text(encoding="utf-8"))
 PAGES = {
     name: (REPO / "docs/en/training-step" / f"{name}.md").read_text(encoding="utf-8")
     for name in ("gpt", "techniques")
@@ -94,7 +97,7 @@ def table() -> tuple[dict[str, list[str]], dict[str, list[str]]]:
 
 class TestGPTPage:
     def test_the_data(self):
-        assert GPT["data"].strip() == "14020 characters, 83 distinct, vocabulary padded to 88"
+        assert GPT["summary"].strip() == "14020 characters, 83 distinct, vocabulary padded to 88"
 
     def test_parameters_are_born_sharded(self):
         """gpt.md: device 0 holds 37,120 of 237,056 parameter bytes, and 74,244 bytes of
@@ -326,7 +329,7 @@ class TestTechniquesPage:
 def test_every_number_of_the_prose_is_recorded(page):
     """Each number with a thousands separator, and each loss, that a page states appears in
     the chapter's recorded outputs."""
-    recorded = "\n".join(GPT.values())
+    recorded = "\n".join([*GPT.values(), *TECHNIQUES.values()])
     prose = re.sub(r"```.*?```", "", PAGES[page], flags=re.S)
     numbers = set(re.findall(r"\b\d{1,3}(?:,\d{3})+\b|\b\d\.\d{3,4}\b", prose))
     assert numbers, "the page states no numbers?"
@@ -337,8 +340,8 @@ def test_every_number_of_the_prose_is_recorded(page):
 def test_the_page_states_the_tolerance_the_bfloat16_cells_are_checked_with():
     """bfloat16 losses end differently on CPUs with other kernels (make cpu-variants: with
     XLA's own kernels, the second loss of rows 6 and 7 moves by 2e-4): the page says so, and
-    the check accepts exactly what gpt.py declares, in those two cells only."""
-    assert tolerances(CHAPTER / "gpt.py") == {"curves": 5e-4, "same_losses": 5e-4}
+    the check accepts exactly what techniques.py declares, in those two cells only."""
+    assert tolerances(CHAPTER / "techniques.py") == {"curves": 5e-4, "same_losses": 5e-4}
     page = " ".join(PAGES["techniques"].split())
     assert "rows 6 and 7 end their second loss in another digit" in page
     assert "a difference of up to 5e-4 in the numbers of this output and of the loss curves" in page

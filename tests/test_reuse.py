@@ -25,6 +25,7 @@ FILES = {
     "snippets/basics/jax_in_one_page.py#title": "a title",
     "snippets/basics/jax_in_one_page.out": "a out",
     "snippets/training_step/gpt.py": "gpt",
+    "snippets/training_step/layouts.py": "layouts",
     "src/jaxpar/batching.py": "jaxpar",
     "src/jaxpar/compiled.py": "compiled",
     "src/jaxpar/compiled.py#code": "compiled, without docstrings",
@@ -50,6 +51,11 @@ TESTS = {  # a test of each kind: (module, name, parameters)
         "test_snippets.py",
         "test_snippet_output_matches_recording",
         {"snippet": REPO / "snippets/training_step/gpt.py"},
+    ),
+    "snippet layouts": (
+        "test_snippets.py",
+        "test_snippet_output_matches_recording",
+        {"snippet": REPO / "snippets/training_step/layouts.py"},
     ),
     "fewer devices": ("test_snippets.py", "test_snippets_run_on_fewer_devices", {"devices": 1}),
     "launcher": ("test_launch.py", "test_a_rank_that_fails_stops_the_run", {}),
@@ -112,20 +118,29 @@ def keys(files: dict[str, str]) -> dict[str, str]:
             {"site", "snippet a", "fewer devices", "notebook a"},
         ),
         ("snippets/basics/jax_in_one_page.py#title", SITE - {"small copy"}),
-        ("snippets/training_step/gpt.py", {"site", "snippet gpt"}),  # needs 8 devices
+        # needs 8 devices; layouts.py imports it
+        ("snippets/training_step/gpt.py", {"site", "snippet gpt", "snippet layouts"}),
+        ("snippets/training_step/layouts.py", {"site", "snippet layouts"}),
         # a jaxpar module's docstrings: what reads the API pages, nothing that runs it
         ("src/jaxpar/batching.py", API),
         ("src/jaxpar/compiled.py", API),
         # its code: what runs it (a code edit changes both the module and its code)
         # gpt.py uses jaxpar.summarise, and the parser's tests test it; so do snippets that
         # run on fewer devices (across_hosts.py)
-        ("src/jaxpar/compiled.py#code", API | {"snippet gpt", "parser", "fewer devices"}),
+        (
+            "src/jaxpar/compiled.py#code",
+            API | {"snippet gpt", "snippet layouts", "parser", "fewer devices"},
+        ),
         ("tests/hlo/fsdp8_gpu.txt", {"parser"}),  # recorded HLO: only the parser's tests
         ("src/jaxpar/launch.py#code", API | {"launcher"}),
         ("tools/sitetools/snippets.py", set(TESTS) - {"launcher", "parser"}),  # the runner
         ("tools/sitetools/hant.py", SITE),  # other site machinery
         ("mkdocs.yml", SITE),
-        ("tests/test_snippets.py", {"snippet a", "snippet gpt", "fewer devices"}),  # a test module
+        # a test module
+        (
+            "tests/test_snippets.py",
+            {"snippet a", "snippet gpt", "snippet layouts", "fewer devices"},
+        ),
         ("uv.lock", set(TESTS)),  # the lock file
     ],
 )

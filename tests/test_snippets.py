@@ -43,8 +43,8 @@ ALLOWED_IMPORTS = {
     *("jax", "flax", "optax", "orbax", "grain", "absl", "numpy", "rich", "sklearn"),
     "safetensors",
 }
-# The PyTorch twins may also import torch, and the modules beside them (same_start.py).
-TWIN_IMPORTS = {"torch", *(p.stem for p in (REPO / "snippets" / "pytorch").glob("*.py"))}
+# The PyTorch twins may also import torch.
+TWIN_IMPORTS = {"torch"}
 DEVICE_LINES = ["import jax", 'jax.config.update("jax_num_cpu_devices", 8)']
 # Multi-process snippets get their devices from `python -m jaxpar.launch` instead.
 LAUNCHED_LINES = [
@@ -149,6 +149,8 @@ def test_snippet_follows_conventions(snippet: Path):
     allowed = ALLOWED_IMPORTS | ({"jaxpar"} if teaches_jaxpar else set())
     if snippet.parent.name == "pytorch":
         allowed |= TWIN_IMPORTS
+    # and any snippet the modules beside it (same_start.py, gpt.py), as a reader keeps them
+    allowed |= {p.stem for p in snippet.parent.glob("*.py")}
     parse_cells(snippet)  # raises on unnamed or duplicate cells
     tolerances(snippet)  # raises on a tolerance line that names no cell or no number
     for node in ast.walk(tree):

@@ -392,10 +392,16 @@ def _notebook(params: dict[str, object]) -> tuple[str, ...]:
 
 def _snippet_run(params: dict[str, object]) -> tuple[str, ...]:
     """A snippet's run: the snippet, its recording, the scripts beside it that it names
-    (crash_and_resume.py runs train.py), the runner, and the jaxpar code they run."""
+    (crash_and_resume.py runs train.py) or imports (layouts.py imports gpt), the runner,
+    and the jaxpar code they run."""
     snippet = Path(str(params["snippet"])).resolve()
     source = snippet.read_text(encoding="utf-8")
-    named = [p for p in snippet.parent.glob("*.py") if p != snippet and p.name in source]
+    named = [
+        p
+        for p in snippet.parent.glob("*.py")
+        if p != snippet
+        and (p.name in source or re.search(rf"^(from|import) {p.stem}\b", source, re.MULTILINE))
+    ]
     files = [snippet, snippet.with_suffix(".out"), *named, *(p.with_suffix(".out") for p in named)]
     sources = [source, *(p.read_text(encoding="utf-8") for p in named)]
     names = (f.relative_to(REPO).as_posix() for f in files)
