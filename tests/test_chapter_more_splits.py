@@ -1,7 +1,8 @@
 """The "More ways to split" chapter's claims, read from its recorded output.
 
 Every number the four pages state, and every byte count the snippet prints beside a
-formula, is checked here against `splits.out` (XLA:CPU, 8 simulated devices), and the
+formula, is checked here against the recorded outputs of the four pages' scripts (XLA:CPU,
+8 simulated devices), and the
 formulas are computed again from the snippet's sizes, so that a change of JAX, XLA or the
 snippet that moves a number, or breaks the agreement between the compiled program and the
 formula, fails a test instead of leaving the prose wrong. Nothing here runs JAX.
@@ -16,7 +17,13 @@ import pytest
 from sitetools import REPO
 from sitetools.snippets import read_sections
 
-OUT = read_sections((REPO / "snippets/more_splits/splits.out").read_text(encoding="utf-8"))
+CHAPTER = REPO / "snippets/more_splits"
+SCRIPTS = ("pipeline", "collective_matmul", "ring_attention", "experts")
+OUT = {
+    name: text
+    for script in SCRIPTS
+    for name, text in read_sections((CHAPTER / f"{script}.out").read_text("utf-8")).items()
+}
 PAGES = {
     name: (REPO / "docs/en/more-ways-to-split" / f"{name}.md").read_text(encoding="utf-8")
     for name in ("pipeline", "collective-matmul", "ring-attention", "experts")
@@ -131,10 +138,10 @@ class TestPipeline:
         ]
         page = PAGES["pipeline"]
         assert "`guard`" in page and "0 × NaN is NaN" in page
-        assert '--8<-- "snippets/more_splits/splits.py:bubble_nan"' in page
+        assert '--8<-- "snippets/more_splits/pipeline.py:bubble_nan"' in page
 
     def test_the_guard_masks_the_input_of_the_layer_in_the_bubble(self):
-        code = (REPO / "snippets/more_splits/splits.py").read_text(encoding="utf-8")
+        code = (CHAPTER / "pipeline.py").read_text(encoding="utf-8")
         tick = code[code.index("def tick(carry, t):") :]
         guard = tick.index("x = jnp.where(active(t, stage, micro), x, 1.0)")
         assert tick.index("if guard:") < guard < tick.index("y = layer(w, b, x)")
@@ -303,10 +310,10 @@ class TestExperts:
         choices = [int(n) for n in wanted[2].split(", ")]
         assert int(wanted[1]) == sum(choices) == N * TOKENS * TOP_K == 256
         assert int(wanted[3]) == N * CAPACITY == 32
-        assert max(choices) == choices[1] == 42
+        assert max(choices) == choices[3] == 43
         dropped = re.search(r"choices dropped, per device: \[([\d, ]+)\], (\d+) of 256", text)
         per_device = [int(n) for n in dropped[1].split(", ")]
-        assert len(per_device) == N and sum(per_device) == int(dropped[2]) == 40
+        assert len(per_device) == N and sum(per_device) == int(dropped[2]) == 42
 
     def test_the_all_to_alls_move_the_capacity_buffer(self):
         text = OUT["experts_check"]
@@ -330,10 +337,10 @@ class TestExperts:
         wanted = re.search(r"choices per expert, of \d+: \[([\d, ]+)\]", OUT["experts_check"])
         assert rows[1] == wanted[1]
         per_expert = [int(n) for n in rows[1].split(", ")]
-        assert sum(per_expert) == N * TOKENS * TOP_K and max(per_expert) == 42 > N * CAPACITY
+        assert sum(per_expert) == N * TOKENS * TOP_K and max(per_expert) == 43 > N * CAPACITY
         assert int(rows[2]) == N * TOKENS == 128  # a token's choices are different experts
         page = PAGES["experts"]
-        assert "42 to expert 1" in page and "room for 32" in page and "here 128 rows" in page
+        assert "43 to expert 3" in page and "room for 32" in page and "here 128 rows" in page
 
     def test_one_hot_routing_grows_with_the_square_of_the_tokens(self):
         text = OUT["experts_scale"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import json
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -218,3 +219,7 @@ def test_a_script_edited_after_its_recording_is_stale(tmp_path, monkeypatch):
     )
     recordings.note({snippet: False})  # a recording kept within tolerance keeps its machine
     assert recordings.load()["snippets/data_parallel/linear_regression.py"] == entry
+    gone = {"snippets/basics/deleted.py": entry}  # a snippet deleted since its recording
+    recordings.RECORDINGS_FILE.write_text(json.dumps(recordings.load() | gone), "utf-8")
+    recordings.note({})
+    assert set(recordings.load()) == {"snippets/data_parallel/linear_regression.py"}

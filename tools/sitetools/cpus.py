@@ -15,7 +15,7 @@ its recording under the snippet's declared tolerances (``sitetools.tolerances``)
 - ``haswell``: the whole program under QEMU as an AVX2 CPU without AVX512 or BF16
   (``qemu-x86_64 -cpu Haswell-v4``, from Debian's ``qemu-user``), so YNNPACK picks its
   AVX2 kernels too; one-process snippets only, and about 40 times slower. Debian 12's
-  QEMU 7.2 gets splits.py's zig-zag ring attention wrong (an error of 2.27) even with
+  QEMU 7.2 gets ring_attention.py's zig-zag attention wrong (an error of 2.27) even with
   XLA's code limited to SSE4.2, which runs right natively: confirm what moves only there
   on a real CPU before you believe it.
 

@@ -70,7 +70,7 @@ def load() -> dict[str, dict[str, str]]:
 def note(snippets: dict[Path, bool]) -> None:
     """Note each snippet's recording: its source always; the JAX version and CPU where its
     output was written anew (``True``), not where a recording within its declared tolerance
-    was kept."""
+    was kept. The entries of deleted snippets go."""
     recordings = load()
     for snippet, written in snippets.items():
         name = snippet.relative_to(REPO).as_posix()
@@ -79,7 +79,8 @@ def note(snippets: dict[Path, bool]) -> None:
         if written or "jax" not in entry:
             entry |= {"jax": metadata.version("jax"), "cpu": cpu_kind()}
         recordings[name] = entry
-    text = json.dumps(dict(sorted(recordings.items())), indent=1, ensure_ascii=False)
+    kept = {name: entry for name, entry in recordings.items() if (REPO / name).exists()}
+    text = json.dumps(dict(sorted(kept.items())), indent=1, ensure_ascii=False)
     RECORDINGS_FILE.write_text(text + "\n", encoding="utf-8")
 
 
