@@ -1,11 +1,11 @@
-"""The "More ways to split" chapter's claims, read from its recorded output.
+"""The "More ways to split" chapter's claims, read from its recorded outputs.
 
-Every number the four pages state, and every byte count the snippet prints beside a
-formula, is checked here against the recorded outputs of the four pages' scripts (XLA:CPU,
-8 simulated devices), and the
-formulas are computed again from the snippet's sizes, so that a change of JAX, XLA or the
-snippet that moves a number, or breaks the agreement between the compiled program and the
-formula, fails a test instead of leaving the prose wrong. Nothing here runs JAX.
+Every number the four pages state, and every byte count their scripts print beside a
+formula, is checked here against the scripts' recorded outputs (XLA:CPU, 8 simulated
+devices), and the formulas are computed again from the scripts' sizes, so that a change of
+JAX, XLA or a script that moves a number, or breaks the agreement between the compiled
+program and the formula, fails a test instead of leaving the prose wrong. Nothing here
+runs JAX.
 """
 
 from __future__ import annotations

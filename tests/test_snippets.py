@@ -150,7 +150,8 @@ def test_snippet_follows_conventions(snippet: Path):
     allowed = ALLOWED_IMPORTS | ({"jaxpar"} if teaches_jaxpar else set())
     if snippet.parent.name == "pytorch":
         allowed |= TWIN_IMPORTS
-    # and any snippet the modules beside it (same_start.py, gpt.py), as a reader keeps them
+    # Any snippet may import the modules beside it (same_start.py, gpt.py, counting.py),
+    # which a reader keeps in the same folder.
     allowed |= {p.stem for p in snippet.parent.glob("*.py")}
     parse_cells(snippet)  # raises on unnamed or duplicate cells
     tolerances(snippet)  # raises on a tolerance line that names no cell or no number

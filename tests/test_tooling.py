@@ -135,9 +135,9 @@ NAV_TITLE = re.compile(r'<span class="md-ellipsis">\s*(.*?)\s*</span>', re.DOTAL
 def test_make_serve_rebuilds_an_edited_page_and_after_a_restart_only_what_changed(tmp_path):
     """`make serve` (`mkdocs serve --dirty`) serves every language; it rebuilds only the
     edited page, whose nav and Previous/Next links still name every page it did not
-    rebuild, in every language. Its first run builds the other languages side by side into .cache/site/; a restart copies
-    them from there, rebuilding none, and an edit after it keeps the nav; a translation
-    removed before a restart gives the English page."""
+    rebuild, in every language. Its first run builds the other languages side by side into
+    .cache/site/; a restart copies them from there, rebuilding none, and an edit after it
+    keeps the nav; a translation removed before a restart gives the English page."""
     project = copy_project(tmp_path / "project")
 
     def edit_and_get(get, language: str, path: str, text: str) -> str:
