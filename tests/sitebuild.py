@@ -13,6 +13,7 @@ from pathlib import Path
 
 from sitetools import REPO, hant
 from sitetools.i18n import load_languages
+from sitetools.notebook_translations import FILE_NAME
 
 
 def build(project: Path, site_dir: Path) -> subprocess.CompletedProcess:
@@ -107,15 +108,18 @@ def copy_files(names: list[str], target: Path) -> None:
 
 
 def copy_project(target: Path) -> Path:
-    """A small copy of the site, to break on purpose: two pages and one snippet per language."""
+    """A small copy of the site, to break on purpose: two pages and one snippet per language
+    (and every notebook text)."""
     target.mkdir(parents=True, exist_ok=True)
     terms = hant.TERMS_FILE.relative_to(REPO)
     copy_files(["src", "tools", "overrides", "docs/languages.yml", str(terms)], target)
     for language in load_languages().values():
         folder = language.docs_dir.relative_to(REPO)  # a converted language has none
+        (target / folder).mkdir(parents=True, exist_ok=True)
         for page in SMALL_PAGES:
-            (target / folder).mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / folder / page, target / folder / page)
+        if (REPO / folder / FILE_NAME).exists():  # the notebook pages' texts
+            shutil.copy2(REPO / folder / FILE_NAME, target / folder / FILE_NAME)
     for suffix in (".py", ".out"):
         snippet = Path("snippets") / f"{SMALL_SNIPPET}{suffix}"
         (target / snippet).parent.mkdir(parents=True, exist_ok=True)

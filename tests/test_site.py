@@ -16,9 +16,10 @@ import pytest
 from sitebuild import SMALL_SNIPPET, build, copy_project
 from sitetools import REPO, mkdocs_settings
 from sitetools.codeblocks import put_back, set_aside
-from sitetools.i18n import load_languages
+from sitetools.i18n import load_languages, nav_titles
 from sitetools.links import start_tags
-from sitetools.notebooks import NOTEBOOK_ROOT, notebook_for
+from sitetools.notebook_translations import docstring_in
+from sitetools.notebooks import CHAPTERS, NOTEBOOK_ROOT, notebook_for, title_of
 from sitetools.snippets import discover, output_path, parse_cells, read_sections
 from sitetools.stylesheets import with_shared_stylesheet
 from sitetools.weight import (
@@ -230,6 +231,12 @@ def test_notebook_page_and_download_in_every_language(site, snippet):
         assert script.read_text(encoding="utf-8") == snippet.read_text(encoding="utf-8")
         notebook = nbformat.read(download, as_version=4)
         nbformat.validate(notebook)
+        # Its text in the page's language (a Chinese page's, converted for 繁體中文)
+        opening = docstring_in(LANGUAGES[code], snippet)
+        assert opening.translated, (code, "older than its English docstring")
+        title = title_of(snippet, LANGUAGES[code])
+        assert notebook.cells[0].source.startswith(f"# {title}\n"), code
+        assert f"<title>{title.replace('`', '')} - " in unescape(html), code
         outputs = {
             cell.id: "".join(o.text for o in cell.outputs)
             for cell in notebook.cells
@@ -369,6 +376,20 @@ def test_a_docstring_with_tex_math_is_refused_for_its_notebook(tmp_path):
     snippet.write_text('"""The loss falls as $1/n$."""\n', encoding="utf-8")
     with pytest.raises(ValueError, match=r"formula\.py: its docstring holds TeX math"):
         notebook_for(snippet)
+
+
+def test_a_docstring_title_wrapped_onto_two_lines_is_refused_for_its_notebook(tmp_path):
+    snippet = tmp_path / "wrapped.py"
+    snippet.write_text('"""Debugging: NaNs and the errors\nreaders search for.\n\nMore."""\n')
+    with pytest.raises(ValueError, match=r"goes on with 'readers search for\.' on the next line"):
+        notebook_for(snippet)
+
+
+def test_every_snippet_folder_s_notebooks_go_under_their_chapter_s_title():
+    titles = nav_titles(mkdocs_settings()["nav"])
+    folders = {snippet.parent.name for snippet in discover()}
+    assert folders <= set(CHAPTERS), f"add {sorted(folders - set(CHAPTERS))} to CHAPTERS"
+    assert set(CHAPTERS.values()) <= titles  # each language's nav translates them
 
 
 def test_generated_notebooks_are_not_committed():

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
-from sitetools import REPO, glosses, terms
+from sitetools import REPO, glosses, notebook_translations, terms
 from sitetools.i18n import Language
+from sitetools.notebook_translations import Docstring
+from sitetools.notebooks import notebook_for
+from sitetools.snippets import discover
 from sitetools.translations import (
     missing_heading_ids,
     number_problems,
@@ -108,3 +113,61 @@ def test_numbers_in_code_links_ids_and_single_digits_are_not_stated_numbers():
 def test_pages_use_the_glossary_term_not_an_older_form(language: Language):
     found = terms.problems(language.code)
     assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize("language", other_languages(), ids=lambda lang: lang.code)
+def test_every_notebook_page_s_text_is_translated_and_agrees_with_english(language: Language):
+    found = notebook_translations.problems(language)
+    assert not found, "\n".join(found)
+    assert notebook_translations.outdated(language) == []
+
+
+def _translations_in(tmp_path, monkeypatch, text: str) -> Language:
+    """The first other language, its notebooks.yml replaced by ``text``."""
+    (tmp_path / "notebooks.yml").write_text(text, encoding="utf-8")
+    monkeypatch.setattr(Language, "docs_dir", property(lambda self: tmp_path))
+    return other_languages()[0]
+
+
+def test_a_notebook_text_older_than_its_docstring_gives_way_to_english(tmp_path, monkeypatch):
+    snippet = discover()[0]
+    english = notebook_translations.english_docstring(snippet)
+    key, now = notebook_translations.key_of(snippet), notebook_translations.digest(english)
+    entry = f"{key}:\n  english: {{}}\n  docstring: |\n    标题：副标题\n\n    正文。\n"
+    current = _translations_in(tmp_path, monkeypatch, entry.format(now))
+    assert notebook_translations.docstring_in(current, snippet).text == "标题：副标题\n\n正文。"
+    assert notebook_translations.outdated(current) == []
+
+    older = _translations_in(tmp_path, monkeypatch, entry.format("0badcafe"))
+    assert notebook_translations.docstring_in(older, snippet) == Docstring(english, False)
+    (line,) = notebook_translations.outdated(older)
+    assert f"snippets/{key}'s docstring changed after its translation (now {now})" in line
+    notebook = notebook_for(snippet, older)
+    assert older.notice in notebook.cells[0].source  # English, under the notice
+
+
+def test_a_notebook_text_that_is_missing_unknown_or_disagrees_is_named(tmp_path, monkeypatch):
+    first, second, third = discover()[:3]
+    english = notebook_translations.english_docstring(first)
+    spans = " ".join(re.findall(r"`[^`]+`", english))
+    language = _translations_in(
+        tmp_path,
+        monkeypatch,
+        f"{notebook_translations.key_of(first)}:\n"
+        f'  english: "{notebook_translations.digest(english)}"\n'
+        f"  docstring: |\n    标题\n\n    {spans} `extra` 12345\n"
+        f"{notebook_translations.key_of(third)}:\n  english: 22262738\n  docstring: 标题\n"
+        f"basics/no_such_script.py:\n  english: 00000000\n  docstring: x\n",
+    )
+    found = "\n".join(notebook_translations.problems(language))
+    assert (
+        f"no translation of the docstring of snippets/{notebook_translations.key_of(second)}"
+        in found
+    )
+    assert "'basics/no_such_script.py' is not a script with a docstring" in found
+    assert "its prose states 12345 1 time(s), English's 0" in found
+    assert (
+        "its inline code differs from the English docstring's: missing [], extra ['`extra`']"
+        in found
+    )
+    assert "english: 22262738 is not an 8-hex-digit digest in quotes" in found

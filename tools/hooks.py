@@ -46,7 +46,7 @@ def on_config(config):
     searchwords.teach_jieba()  # before any Chinese page is indexed
     searchwords.set_separator(config, language.code)
     diagrams.use_drawings(config)
-    sections = notebooks.nav_sections(notebooks.write_notebooks())
+    sections = notebooks.nav_sections(notebooks.write_notebooks(language))
     config.nav = (config.nav or []) + i18n.translate_nav([{"Notebooks": sections}], language)
     return config
 
@@ -54,7 +54,7 @@ def on_config(config):
 @event_priority(100)  # before mkdocs-jupyter turns .ipynb files into pages
 def on_files(files, config):
     language = i18n.language_of(config)
-    for file in notebooks.notebook_files(config):
+    for file in notebooks.notebook_files(config, language):
         files.append(file)
     files = i18n.add_fallbacks(files, config, language)
     serving.mark_stale_pages(files, language.code)

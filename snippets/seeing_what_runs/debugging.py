@@ -1,5 +1,4 @@
-"""Debugging a sharded program: NaNs, printing inside `jax.jit`, HLO dumps, and the errors
-readers search for.
+"""Debugging a sharded program: NaNs, printing inside `jax.jit`, HLO dumps, and the errors readers search for.
 
 A step that takes the log of a negative number is run under `jax.debug_nans`, which names
 the operation, and under `checkify`, which returns the error as a value. `jax.debug.print`

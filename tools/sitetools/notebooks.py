@@ -1,8 +1,9 @@
 """Notebook versions of the snippets, generated at build time and never committed.
 
-Each snippet becomes a notebook: its module docstring a Markdown cell, each named cell a
-code cell (without the ``--8<--`` section markers) followed by that cell's recorded
-output. Nothing is executed: the outputs come from the ``.out`` file the tests check.
+Each snippet becomes a notebook in each language: its module docstring (in that language,
+from :mod:`sitetools.notebook_translations`) a Markdown cell, each named cell a code cell
+(without the ``--8<--`` section markers) followed by that cell's recorded output. Nothing
+is executed: the outputs come from the ``.out`` file the tests check.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from mkdocs.structure.files import File
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from sitetools import REPO
+from sitetools.i18n import SOURCE_LANGUAGE, Language, load_languages
+from sitetools.notebook_translations import Docstring, docstring_in, translations_file
 from sitetools.snippets import (
     PREAMBLE,
     SNIPPETS_DIR,
@@ -31,7 +34,8 @@ from sitetools.snippets import (
     strip_section_markers,
 )
 
-# Generated notebooks live outside docs/ so that writing them never triggers a rebuild.
+# Generated notebooks live outside docs/ so that writing them never triggers a rebuild:
+# each language's under NOTEBOOK_ROOT/<code>/.
 NOTEBOOK_ROOT = REPO / ".cache" / "notebooks"
 NAV_PREFIX = "notebooks"
 # The nav section each snippet folder's notebooks go under (the chapter's own title).
@@ -46,6 +50,7 @@ CHAPTERS = {
     "checkpoints": "Checkpoints and data across processes",
     "more_splits": "More ways to split",
     "seeing_what_runs": "Seeing what runs",
+    "cluster": "On a real cluster",
 }
 KERNEL = {"name": "python3", "display_name": "Python 3", "language": "python"}
 # mkdocs-jupyter puts on every page a loader that fetches MathJax from a CDN when a notebook
@@ -65,28 +70,40 @@ class NotebookPage:
 
 
 def nav_sections(pages: list[NotebookPage]) -> list[dict[str, list]]:
-    """The notebooks grouped by chapter, in the order of CHAPTERS, short titles first."""
+    """The notebooks grouped by chapter, in the order of CHAPTERS, each under the short
+    title that its title has before a colon."""
     sections: dict[str, list] = {}
     order = list(dict.fromkeys(CHAPTERS.values()))
     for page in pages:
         folder = page.snippet.parent.name
         chapter = CHAPTERS.get(folder, folder.replace("_", " ").capitalize())
-        sections.setdefault(chapter, []).append({page.title.split(": ")[0]: page.src_uri})
+        sections.setdefault(chapter, []).append({short_title(page.title): page.src_uri})
     ranked = sorted(sections, key=lambda c: order.index(c) if c in order else len(order))
     return [{chapter: sections[chapter]} for chapter in ranked]
 
 
-def title_of(snippet: Path) -> str:
-    """The first line of the snippet's module docstring."""
-    docstring = ast.get_docstring(ast.parse(snippet.read_text(encoding="utf-8"))) or snippet.stem
-    return docstring.strip().splitlines()[0].rstrip(".")
+def short_title(title: str) -> str:
+    """A notebook's title up to its first colon, as the nav lists it.
+
+    >>> short_title("Sharded matrix multiplication: the layouts"), short_title("分片矩阵乘法：布局")
+    ('Sharded matrix multiplication', '分片矩阵乘法')
+    """
+    return re.split(r": |：", title, maxsplit=1)[0]
 
 
-def notebook_for(snippet: Path) -> nbformat.NotebookNode:
-    """Build the notebook of a snippet, with its recorded outputs."""
+def title_of(snippet: Path, language: Language | None = None) -> str:
+    """The first line of the snippet's module docstring, in ``language`` (English: None)."""
+    docstring = _docstring(snippet, language).text or snippet.stem
+    return docstring.strip().splitlines()[0].rstrip(".。")
+
+
+def notebook_for(snippet: Path, language: Language | None = None) -> nbformat.NotebookNode:
+    """Build the notebook of a snippet in ``language`` (English: None), with its recorded
+    outputs."""
     source = snippet.read_text(encoding="utf-8")
     tree = ast.parse(source)
-    docstring = ast.get_docstring(tree)
+    shown = _docstring(snippet, language)
+    docstring = shown.text
     recorded = output_path(snippet)
     outputs = read_sections(recorded.read_text(encoding="utf-8")) if recorded.exists() else {}
     cells = []
@@ -100,11 +117,20 @@ def notebook_for(snippet: Path) -> nbformat.NotebookNode:
                 f"page, where it becomes MathML."
             )
         first, _, rest = docstring.partition("\n")
-        cells.append(new_markdown_cell(f"# {first.rstrip('.')}\n{rest}".rstrip(), id="docstring"))
+        if rest and not rest.startswith("\n"):
+            raise ValueError(
+                f"{snippet}: the first line of its docstring, the title of its notebook page "
+                f"(in this language: {first!r}), goes on with {rest.splitlines()[0]!r} on the "
+                f"next line; write the title on one line, then a blank line."
+            )
+        if not shown.translated and language is not None:  # English, under the notice
+            rest = f"\n> **{language.name}**: {language.notice}\n{rest}"
+        heading = f"# {first.rstrip('.。')}\n{rest}".rstrip()
+        cells.append(new_markdown_cell(heading, id="docstring"))
     count = 0
     for cell in parse_cells(snippet):
         code = strip_section_markers(cell.source)
-        if cell.name == PREAMBLE and docstring:
+        if cell.name == PREAMBLE and ast.get_docstring(tree):
             # Drop the docstring, already shown as Markdown, from the first cell.
             end = tree.body[0].end_lineno or 0
             code = "".join(code.splitlines(keepends=True)[end:])
@@ -123,16 +149,21 @@ def notebook_for(snippet: Path) -> nbformat.NotebookNode:
     return notebook
 
 
-def write_notebooks() -> list[NotebookPage]:
-    """Write every snippet's notebook under NOTEBOOK_ROOT (only when it changed)."""
-    return [_write_notebook(snippet, *_stamp(snippet)) for snippet in discover()]
+def write_notebooks(language: Language) -> list[NotebookPage]:
+    """Write every snippet's notebook in ``language`` under its folder of NOTEBOOK_ROOT
+    (only when it changed)."""
+    return [
+        _write_notebook(snippet, language.code, *_stamp(snippet, language))
+        for snippet in discover()
+    ]
 
 
-def notebook_files(config: MkDocsConfig) -> list[File]:
+def notebook_files(config: MkDocsConfig, language: Language) -> list[File]:
     """The notebook pages of a build, as MkDocs files (mkdocs-jupyter renders them)."""
     files = []
-    for page in write_notebooks():
-        file = File(page.src_uri, str(NOTEBOOK_ROOT), config.site_dir, config.use_directory_urls)
+    root = str(NOTEBOOK_ROOT / language.code)
+    for page in write_notebooks(language):
+        file = File(page.src_uri, root, config.site_dir, config.use_directory_urls)
         # "Edit this page" leads to the snippet (edit_uri is relative to docs/<language>/).
         file.edit_uri = f"../../{page.snippet.relative_to(REPO).as_posix()}"
         files.append(file)
@@ -162,17 +193,25 @@ def is_notebook(file: File) -> bool:
     return file.abs_src_path is not None and Path(file.abs_src_path).is_relative_to(NOTEBOOK_ROOT)
 
 
-def _stamp(snippet: Path) -> tuple[int, int]:
-    recorded = output_path(snippet)
-    return snippet.stat().st_mtime_ns, recorded.stat().st_mtime_ns if recorded.exists() else 0
+def _docstring(snippet: Path, language: Language | None) -> Docstring:
+    return docstring_in(language or load_languages()[SOURCE_LANGUAGE], snippet)
+
+
+def _stamp(snippet: Path, language: Language) -> tuple[int, ...]:
+    """What a notebook is made from: the snippet, its recording and the translations."""
+    return tuple(
+        path.stat().st_mtime_ns if path.exists() else 0
+        for path in (snippet, output_path(snippet), translations_file(language))
+    )
 
 
 @functools.cache  # per snippet and modification times: builds under `mkdocs serve` repeat this
-def _write_notebook(snippet: Path, *stamp: int) -> NotebookPage:
+def _write_notebook(snippet: Path, code: str, *stamp: int) -> NotebookPage:
     relative = snippet.relative_to(SNIPPETS_DIR).with_suffix(".ipynb")
     src_uri = f"{NAV_PREFIX}/{relative.as_posix()}"
-    target = NOTEBOOK_ROOT / src_uri
-    text = nbformat.writes(notebook_for(snippet)) + "\n"
+    target = NOTEBOOK_ROOT / code / src_uri
+    language = None if code == SOURCE_LANGUAGE else load_languages()[code]
+    text = nbformat.writes(notebook_for(snippet, language)) + "\n"
     if not target.exists() or target.read_text(encoding="utf-8") != text:
         # Atomically: a build running beside this one (the tests run several) never reads
         # half a notebook.
@@ -180,4 +219,4 @@ def _write_notebook(snippet: Path, *stamp: int) -> NotebookPage:
         partial = target.with_name(f".{target.name}.{os.getpid()}")
         partial.write_text(text, encoding="utf-8")
         partial.replace(target)
-    return NotebookPage(snippet, src_uri, title_of(snippet))
+    return NotebookPage(snippet, src_uri, title_of(snippet, language))

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from mkdocs.structure.files import File
 
-from sitetools import REPO, hant
+from sitetools import REPO, hant, notebook_translations
 from sitetools.i18n import SOURCE_LANGUAGE, Language, load_languages
 from sitetools.translations import HEADING, english_pages, other_languages
 
@@ -94,6 +94,7 @@ def warnings() -> list[str]:
                     f"{page}: out of date: {source} changed {status.english} after the "
                     f"translation {status.translation}"
                 )
+        lines += notebook_translations.outdated(language)
     return lines
 
 

@@ -52,11 +52,13 @@ def avoided_in(language: str, markdown: str) -> list[Avoided]:
 
 
 def problems(language: str) -> list[str]:
-    """Every older form on the pages of ``language``, named with its page and line."""
+    """Every older form on the pages of ``language`` and in its notebook pages' texts
+    (notebooks.yml), named with its file and line."""
     root = REPO / "docs" / language
+    texts = [*sorted(root.rglob("*.md")), *root.glob("notebooks.yml")]
     return [
         f"docs/{language}/{page.relative_to(root).as_posix()}: {found}"
-        for page in sorted(root.rglob("*.md"))
+        for page in texts
         if page.name not in NOT_CHECKED
         for found in avoided_in(language, page.read_text(encoding="utf-8"))
     ]

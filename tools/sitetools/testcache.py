@@ -266,7 +266,7 @@ def _used_by(source: str) -> frozenset[str]:
 
 
 # What every built page is made with besides its own source: the theme, the build's tools,
-# the languages and the 繁體中文 terms.
+# the languages, the 繁體中文 terms and the notebooks' titles.
 THEME = (
     "mkdocs.yml",
     "overrides/*",
@@ -275,6 +275,7 @@ THEME = (
     "docs/zh-hant-terms.yml",
     "docs/diagrams/*",
     "snippets/recordings.json",  # each page's line saying what recorded its outputs
+    "docs/*/notebooks.yml",  # the notebooks' titles in the nav, and their texts
 )
 # The sources of each page type the browser tests load (sitetools.weight.PAGE_TYPES), in a
 # language that has the page (see _page_sources for one that shows English's).

@@ -27,10 +27,11 @@ NOT_STATED = re.compile(r"\]\([^)]*\)|\{[#:.][^}]*\}|<[^>]+>|https?://\S+|\[\^[^
 # A stated number: 19,280, 0.0986, 1e-5 or 25. Single digits are left out, since a
 # language may write them as words (two, 两, 두) where another writes the digit. Korean
 # and Chinese may put a letter right after a number (19,280바이트, 约19), English may not.
+# A shape's sizes (8x8, 8×8) are not stated numbers, however a language writes the x.
 NUMBER = re.compile(
-    r"(?<![A-Za-z0-9_.])"  # not inside a name (bf16); Korean and Chinese may touch it
+    r"(?<![A-Za-z0-9_.×])"  # not inside a name (bf16); Korean and Chinese may touch it
     r"(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+\.\d+(?:e[-+]?\d+)?|\d+e[-+]?\d+|\d{2,})"
-    r"(?![A-Za-z0-9_])"
+    r"(?![A-Za-z0-9_×])"
 )
 
 
