@@ -28,8 +28,10 @@ initialize_distributed()  # before anything touches a device
 # %% setup
 # --8<-- [start:setup]
 import argparse
+import contextlib
 import hashlib
 import json
+import logging
 import os
 import signal
 import sys
@@ -210,6 +212,47 @@ manager = ocp.CheckpointManager(checkpoints, options=options)
 # --8<-- [end:manager]
 
 
+# --8<-- [start:failed_saves]
+class WithoutTraceback(logging.Filter):
+    """Orbax's log lines, one line each: a save that fails (a full disk, a quota, a lost
+    mount) fails in several background threads, and each one logs it with a traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "orbax" in record.pathname:
+            record.exc_info = record.exc_text = None
+        return True
+
+
+logging.getLogger("absl").addFilter(WithoutTraceback())
+
+
+def ignore_closed_loop(unraisable, default=sys.unraisablehook) -> None:
+    """Leave out what TensorStore's callbacks raise on finding a failed write's event loop
+    closed; show the rest as Python would."""
+    if str(unraisable.exc_value) != "Event loop is closed":
+        default(unraisable)
+
+
+sys.unraisablehook = ignore_closed_loop
+
+
+@contextlib.contextmanager
+def stop_if_a_save_failed(step: int):
+    """Stop with one error where Orbax raises a save's failure: when asked
+    (check_for_errors), or when a later save or wait_until_finished waits for it."""
+    try:
+        yield
+    except Exception as error:  # noqa: BLE001 - whatever failed the write
+        raise SystemExit(
+            f"step {step}: a checkpoint could not be written to {checkpoints}: {error}\n"
+            f"Free space there (or choose another --workdir) and run again: it resumes "
+            f"from the newest checkpoint that was written in full."
+        ) from None
+
+
+# --8<-- [end:failed_saves]
+
+
 # --8<-- [start:digests]
 def sha256(path: Path) -> str:
     with open(path, "rb") as file:
@@ -332,23 +375,27 @@ with jax.set_mesh(mesh):
             losses, firsts = [], []
         if step == args.steps:
             log("final state", fingerprint(state))
-        manager.save(  # all processes; returns once the arrays are copied off the devices
-            step,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardSave(state),
-                data=grain.checkpoint.CheckpointSave(batches),  # each process its position
-            ),
-            force=step == args.steps,  # the last step, whether the policy picks it or not
-        )
+        with stop_if_a_save_failed(step):  # a failed save stops the run at the next step
+            manager.check_for_errors()
+            manager.save(  # all processes; returns once the arrays are off the devices
+                step,
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardSave(state),
+                    data=grain.checkpoint.CheckpointSave(batches),  # each process its position
+                ),
+                force=step == args.steps,  # the last step, whether the policy picks it or not
+            )
         # After a SIGTERM to any process, JAX agrees on a step at which every process
         # saves (above); then leave before the scheduler's grace period runs out.
         if manager.reached_preemption(step):
-            manager.wait_until_finished()
+            with stop_if_a_save_failed(step):
+                manager.wait_until_finished()
             log(f"preemption notice: checkpoint {step} saved; exiting")
             # Not 0, which would tell the scheduler the run is finished: 143 is the status
             # of a process that SIGTERM ended.
             raise SystemExit(128 + signal.SIGTERM)
-manager.wait_until_finished()  # the last save, written in the background, is complete
+with stop_if_a_save_failed(args.steps):
+    manager.wait_until_finished()  # the last save, written in the background, is complete
 # --8<-- [end:train]
 
 # %% written
