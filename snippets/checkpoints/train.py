@@ -375,7 +375,7 @@ with jax.set_mesh(mesh):
             losses, firsts = [], []
         if step == args.steps:
             log("final state", fingerprint(state))
-        with stop_if_a_save_failed(step):  # a failed save stops the run at the next step
+        with stop_if_a_save_failed(step):  # once Orbax knows a save failed (resuming page)
             manager.check_for_errors()
             manager.save(  # all processes; returns once the arrays are off the devices
                 step,
