@@ -9,6 +9,8 @@ import re
 from sitetools import REPO
 from sitetools.snippets import read_sections
 
+from jaxpar import LLAMA_3_2_1B
+
 CHAPTER = REPO / "snippets/training_step"
 OUTPUT = read_sections((CHAPTER / "scan_layers.out").read_text(encoding="utf-8"))
 LAYERS = json.loads((CHAPTER / "memory_grid.json").read_text(encoding="utf-8"))["layers"]
@@ -108,3 +110,24 @@ def test_the_depth_table_is_the_recorded_grid_and_scanning_keeps_compile_time_fl
     scanned = [float(r[1]) for r in rows]
     unrolled = [float(r[3]) for r in rows]
     assert max(scanned) / min(scanned) < 1.3 < unrolled[-1] / unrolled[0]  # recorded, not timed
+
+
+def test_the_gathers_end_where_they_start_and_the_gathered_weights_are_not_the_difference():
+    """XLA:GPU's schedule as gather_schedule reads it from the recorded cells; "Will it
+    fit?" cites the first claim too."""
+    gpu_scan, gpu_loop = (c["xla"] for c in LAYERS[:2])
+    assert gpu_scan["all_gathers_split"] == 0
+    assert "each all-gather that starts in an iteration ends in it" in PAGE
+    fits_page = " ".join((REPO / "docs/en/training-step/will-it-fit.md").read_text("utf-8").split())
+    assert "each of XLA:GPU's all-gathers ends in the loop iteration that starts it" in fits_page
+    alive = [x["gathered_bytes_alive"] / 2**20 for x in (gpu_scan, gpu_loop)]
+    embedding = LLAMA_3_2_1B.vocab * LLAMA_3_2_1B.d_model * 2 / 2**20  # bfloat16, whole
+    assert embedding < min(alive)
+    assert (
+        f"at most {alive[0]:.0f} MiB of them are alive in the scanned step and {alive[1]:.0f} "
+        f"MiB in the unrolled one (the embedding table, gathered whole, is {embedding:.0f} MiB "
+        f"of each), while the temporaries grow from {gpu_scan['temp_bytes'] / GIB:.2f} to "
+        f"{gpu_loop['temp_bytes'] / GIB:.2f} GiB"
+    ) in PAGE
+    # A small fraction of the difference in memory: not the gathered weights.
+    assert alive[1] - alive[0] < 0.05 * (gpu_loop["total_bytes"] - gpu_scan["total_bytes"]) / 2**20

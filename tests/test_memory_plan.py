@@ -309,7 +309,7 @@ def test_the_scanned_steps_of_the_layers_section_are_cells_of_the_grid():
     cells, layers = recorded(), recorded("layers")
     for scanned, cell in ((layers[0], cells[1]), (layers[2], cells[5])):
         assert scanned["program"] == cell["program"]
-        assert {k: v for k, v in scanned["xla"].items() if k != "all_gather_runs"} == cell["xla"]
+        assert {k: v for k, v in scanned["xla"].items() if k in cell["xla"]} == cell["xla"]
 
 
 def test_the_fits_example_compiles_what_the_grid_recorded():

@@ -19,8 +19,10 @@ import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+import functools  # noqa: E402
 import hashlib  # noqa: E402
 import json  # noqa: E402
+import re  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from typing import Any  # noqa: E402
@@ -28,6 +30,12 @@ from typing import Any  # noqa: E402
 from sitetools import REPO  # noqa: E402
 
 GRID_FILE = REPO / "snippets" / "training_step" / "memory_grid.json"
+# In HLO text: the entry computation, a while loop's body, an instruction's operand list
+# (the parentheses after its opcode) and the names in it.
+_ENTRY = re.compile(r"^ENTRY %?([\w.-]+)", re.MULTILINE)
+_WHILE_BODY = re.compile(r"\bbody=%?([\w.-]+)")
+_OPERANDS = re.compile(r"[\w-]+\((.*?)\)(?:,|$)")
+_NAME = re.compile(r"%([\w.-]+)")
 
 # (model, target, layout, training): sizes as jaxpar.Parallelism and jaxpar.Training take them.
 CELLS: list[tuple[str, str, dict[str, int], dict[str, Any]]] = [
@@ -106,17 +114,24 @@ def xla_cell(
     model: str, target: str, layout: dict, training: dict, gathers: bool = False
 ) -> dict[str, Any]:
     """One cell compiled for its target: XLA's memory plan for one device, in bytes, and
-    with ``gathers`` how many all-gathers the step runs (loop trip counts included)."""
-    from jaxpar import Parallelism, Training, fits, training_step
+    with ``gathers`` how many all-gathers the step runs (loop trip counts included) and
+    how its schedule places them (:func:`gather_schedule`)."""
+    from jaxpar import Parallelism, Training, compile_for, fits, summarise, training_step
 
     step, args = training_step(decoders()[model], Parallelism(**layout), Training(**training))
-    report = fits(target, step, *args)
-    if report.summary is None:  # XLA:TPU refused: it does not fit
-        return {"error": report.error}
-    summary = report.summary
+    schedule = {}
+    if gathers:  # the layers section, whose cells all fit: the compiled text is needed too
+        compiled = compile_for(target, step, *args)
+        summary, schedule = summarise(compiled), gather_schedule(compiled.as_text())
+    else:
+        report = fits(target, step, *args)
+        if report.summary is None:  # XLA:TPU refused: it does not fit
+            return {"error": report.error}
+        summary = report.summary
     counted = [c.runs for c in summary.collectives if c.kind == "all-gather"] if gathers else []
     return {
         **({"all_gather_runs": None if None in counted else sum(counted)} if gathers else {}),
+        **schedule,
         "argument_bytes": summary.argument_bytes,
         "output_bytes": summary.output_bytes,
         "alias_bytes": summary.alias_bytes,
@@ -124,6 +139,83 @@ def xla_cell(
         "total_bytes": summary.total_bytes,
         "peak_bytes": summary.peak_bytes,
     }
+
+
+def gather_schedule(hlo: str) -> dict[str, int]:
+    """How a compiled program's schedule places its all-gathers, from its HLO text, whose
+    instructions are in the order they run.
+
+    ``all_gathers_split``: the ``all-gather-done`` ops whose ``all-gather-start`` is in
+    another computation, as when a loop starts the next iteration's gather early.
+    ``gathered_bytes_alive``: the most bytes of all-gather results (and of their bitcasts)
+    alive at one point, a loop's body counted at the loop's instruction. Bytes per device.
+
+    >>> gather_schedule('''ENTRY %main {
+    ...   %p = bf16[4,8]{1,0} parameter(0)
+    ...   %s = bf16[32,8]{1,0} all-gather-start(%p), dimensions={0}
+    ...   %d = bf16[32,8]{1,0} all-gather-done(%s)
+    ...   %b = bf16[256]{0} bitcast(%d)
+    ...   %g = bf16[32,8]{1,0} all-gather(%p), dimensions={0}
+    ...   ROOT %t = (bf16[256]{0}, bf16[32,8]{1,0}) tuple(%b, %g)
+    ... }''')
+    {'all_gathers_split': 0, 'gathered_bytes_alive': 1024}
+    """
+    from jaxpar.compiled import _computations, _opcode_and_type, _type_bytes
+
+    computations = _computations(hlo)
+    split = 0
+    for instructions in computations.values():
+        starts = {name for name, rest in instructions if _opcode(rest) == "all-gather-start"}
+        split += sum(
+            1
+            for _, rest in instructions
+            if _opcode(rest) == "all-gather-done" and _operands(rest)[0] not in starts
+        )
+
+    @functools.cache
+    def alive(computation: str) -> int:
+        instructions = computations[computation]
+        defined = {name for name, _ in instructions}
+        gathered: dict[str, str] = {}  # an instruction -> the all-gather result it is
+        spans: dict[str, list[int]] = {}  # an all-gather result -> [defined, last used]
+        sizes: dict[str, int] = {}
+        inside: dict[int, int] = {}  # a loop's index -> what its body keeps alive
+        for index, (name, rest) in enumerate(instructions):
+            opcode, result_type = _opcode_and_type(rest)
+            used = [a for a in _operands(rest) if a in defined]
+            for operand in used:
+                if operand in gathered:
+                    spans[gathered[operand]][1] = index
+            if opcode in ("all-gather", "all-gather-done"):
+                gathered[name], spans[name] = name, [index, index]
+                sizes[name] = _type_bytes(result_type)
+            elif opcode == "bitcast" and used and used[0] in gathered:
+                gathered[name] = gathered[used[0]]
+            elif opcode == "while":
+                inside[index] = alive(_WHILE_BODY.search(rest)[1])
+        return max(
+            (
+                inside.get(index, 0)
+                + sum(size for g, size in sizes.items() if spans[g][0] <= index <= spans[g][1])
+                for index in range(len(instructions))
+            ),
+            default=0,
+        )
+
+    entry = _ENTRY.search(hlo)
+    return {"all_gathers_split": split, "gathered_bytes_alive": alive(entry[1]) if entry else 0}
+
+
+def _opcode(rest: str) -> str | None:
+    from jaxpar.compiled import _opcode_and_type
+
+    return _opcode_and_type(rest)[0]
+
+
+def _operands(rest: str) -> list[str]:
+    """The names an instruction's operand list holds (not its attributes' computations)."""
+    found = _OPERANDS.search(rest)
+    return _NAME.findall(found[1]) if found else []
 
 
 def program(model: str, target: str, layout: dict, training: dict) -> str:
