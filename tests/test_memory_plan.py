@@ -328,3 +328,29 @@ def test_recording_an_unknown_section_names_the_sections_there_are(capsys):
     assert (
         "unknown sections ['cell']; the grid has cells, checks, layers" in capsys.readouterr().err
     )
+
+
+def test_gather_schedule_counts_a_gather_finished_in_a_loop_and_what_the_loop_keeps_alive():
+    from sitetools.memory_grid import gather_schedule
+
+    hlo = """
+%body {
+  %param = (bf16[32,8]{1,0}, bf16[4,8]{1,0}) parameter(0)
+  %previous = bf16[32,8]{1,0} get-tuple-element(%param), index=0
+  %done = bf16[32,8]{1,0} all-gather-done(%previous)
+  %w = bf16[4,8]{1,0} get-tuple-element(%param), index=1
+  %gathered = bf16[64,8]{1,0} all-gather(%w), dimensions={0}
+  ROOT %next = (bf16[32,8]{1,0}, bf16[4,8]{1,0}) tuple(%done, %w)
+}
+
+ENTRY %main {
+  %x = bf16[4,8]{1,0} parameter(0)
+  %start = bf16[32,8]{1,0} all-gather-start(%x), dimensions={0}
+  %init = (bf16[32,8]{1,0}, bf16[4,8]{1,0}) tuple(%start, %x)
+  %loop = (bf16[32,8]{1,0}, bf16[4,8]{1,0}) while(%init), condition=%cond, body=%body
+  ROOT %out = bf16[32,8]{1,0} get-tuple-element(%loop), index=0
+}
+"""
+    # The done in the body finishes a gather the entry started; inside the loop, its 512
+    # bytes and the body's own 1,024-byte gather are alive together.
+    assert gather_schedule(hlo) == {"all_gathers_split": 1, "gathered_bytes_alive": 1536}
