@@ -452,7 +452,8 @@ def test_published_pages_say_what_recorded_their_outputs_and_warn_of_nothing(sit
 
 def test_a_script_edited_after_its_recording_puts_a_warning_under_the_page_s_title(tmp_path):
     """As under `make serve` after a snippet edit: every page showing that script's output
-    warns under its title, naming the script and the command that records it again."""
+    warns under its title, naming the script and the command that records it again; and
+    so does the script's notebook page, in every language."""
     project = copy_project(tmp_path / "project")
     snippet = f"snippets/{SMALL_SNIPPET}.py"
     extra = f'# Outputs\n\n```text\n--8<-- "snippets/{SMALL_SNIPPET}.out:setup"\n```\n'
@@ -473,6 +474,10 @@ def test_a_script_edited_after_its_recording_puts_a_warning_under_the_page_s_tit
         assert f'<div class="admonition warning">\n<p>{warning}</p>' in shown, code
         assert shown.index("<h1") < shown.index('<div class="admonition warning">'), code
         assert "<title>Outputs - " in shown, code  # the title is still the page's
+        notebook = tmp_path / "site" / language.prefix / "notebooks" / SMALL_SNIPPET / "index.html"
+        assert html.escape(language.labels["stale_output"].format(scripts=snippet)).replace(
+            "`", ""
+        ) in re.sub(r"</?code>", "", notebook.read_text("utf-8")), code
 
 
 def test_every_language_s_search_worker_lets_a_query_s_last_word_count(site, tmp_path):

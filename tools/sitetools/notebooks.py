@@ -21,7 +21,7 @@ from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.structure.files import File
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from sitetools import REPO
+from sitetools import REPO, recordings
 from sitetools.i18n import SOURCE_LANGUAGE, Language, load_languages
 from sitetools.notebook_translations import Docstring, docstring_in, translations_file
 from sitetools.snippets import (
@@ -125,6 +125,10 @@ def notebook_for(snippet: Path, language: Language | None = None) -> nbformat.No
             )
         if not shown.translated and language is not None:  # English, under the notice
             rest = f"\n> **{language.name}**: {language.notice}\n{rest}"
+        if snippet.is_relative_to(REPO) and recordings.stale(snippet):  # as on tutorial pages
+            labels = (language or load_languages()[SOURCE_LANGUAGE]).labels
+            scripts = snippet.relative_to(REPO).as_posix()
+            rest = f"\n> ⚠️ {labels['stale_output'].format(scripts=scripts)}\n{rest}"
         heading = f"# {first.rstrip('.。')}\n{rest}".rstrip()
         cells.append(new_markdown_cell(heading, id="docstring"))
     count = 0
@@ -198,11 +202,15 @@ def _docstring(snippet: Path, language: Language | None) -> Docstring:
 
 
 def _stamp(snippet: Path, language: Language) -> tuple[int, ...]:
-    """What a notebook is made from: the snippet, its recording and the translations."""
-    return tuple(
-        path.stat().st_mtime_ns if path.exists() else 0
-        for path in (snippet, output_path(snippet), translations_file(language))
+    """What a notebook is made from: the snippet, its recording (and whether it is older
+    than the snippet) and the translations."""
+    made_from = (
+        snippet,
+        output_path(snippet),
+        recordings.RECORDINGS_FILE,
+        translations_file(language),
     )
+    return tuple(path.stat().st_mtime_ns if path.exists() else 0 for path in made_from)
 
 
 @functools.cache  # per snippet and modification times: builds under `mkdocs serve` repeat this
