@@ -34,7 +34,8 @@ def losses(text: str) -> list[float]:
 
 # bfloat16 rounds at different places in the two frameworks (mixed-precision.md).
 BF16_TOLERANCE_TEXT = "2e-3"
-# (PyTorch's recording, JAX's, their cell, how many losses it prints, the tolerance)
+# (PyTorch's recording, JAX's, their cell or "PyTorch's cell/JAX's", how many losses it
+# prints, the tolerance)
 TWINS = [
     ("ddp.out", "data_parallel.out", "train", 8, LOSS_TOLERANCE),
     ("fsdp2_and_tp.out", "sharded_mlp.out", "fsdp", 8, LOSS_TOLERANCE),
@@ -43,6 +44,8 @@ TWINS = [
     ("save_for_jax.out", "from_pytorch.out", "next_loss", 1, LOSS_TOLERANCE),
     ("mixed_precision.out", "bf16_step.out", "train", 8, float(BF16_TOLERANCE_TEXT)),
     ("dcp_resume.out", "orbax_resume.out", "resume", 8, LOSS_TOLERANCE),
+    ("autocast.out", "bf16_data_parallel.out", "train/jit", 8, float(BF16_TOLERANCE_TEXT)),
+    ("autocast.out", "bf16_data_parallel.out", "train/shard_map", 8, float(BF16_TOLERANCE_TEXT)),
 ]
 
 
@@ -50,7 +53,9 @@ TWINS = [
     "pytorch, jax, cell, count, tolerance", TWINS, ids=[f"{t[0]}:{t[2]}" for t in TWINS]
 )
 def test_twins_print_the_same_losses(pytorch, jax, cell, count, tolerance):
-    theirs, ours = losses(recorded(pytorch)[cell]), losses(recorded(jax)[cell])
+    theirs_cell, _, ours_cell = cell.partition("/")
+    theirs = losses(recorded(pytorch)[theirs_cell])
+    ours = losses(recorded(jax)[ours_cell or theirs_cell])
     assert len(theirs) == len(ours) == count, (theirs, ours)
     apart = max(abs(a - b) for a, b in zip(theirs, ours, strict=True))
     assert apart <= tolerance, f"{pytorch} and {jax} differ by {apart} in cell {cell}"
@@ -157,3 +162,49 @@ def test_an_all_reduce_sends_twice_what_the_reduce_scatter_does():
     devices = 8
     ratio = (2 * (devices - 1) / devices * cpu) / ((devices - 1) * gpu)
     assert ratio == pytest.approx(2, rel=0.01)
+
+
+def test_vmap_over_dtensors_keeps_the_rows_sharding_as_jax_does():
+    """The vmap page's note and pitfall (review N11): PyTorch's twin of vmap_sharded.py."""
+    torch_side = recorded("vmap_dtensor.out")
+    jax_side = read_sections(
+        (REPO / "snippets/distributed_arrays/vmap_sharded.out").read_text(encoding="utf-8")
+    )
+    jax_values = re.search(r"dots: \S+ (\[.*\])", jax_side["vmap"])[1]
+    assert torch_side["vmap"].splitlines() == [
+        "u: (Shard(dim=0),)  v: (Shard(dim=0),)",
+        f"dots: (Shard(dim=0),) {jax_values}",
+        "collectives: none",
+        "each rank holds (2,) of (8,)",
+    ]
+    assert torch_side["mismatch"].splitlines() == [
+        f"v split by columns: (Shard(dim=0),) {jax_values}",
+        "collectives: all_gather_into_tensor 1",
+    ]
+    page = " ".join((REPO / "docs/en/distributed-arrays/vmap.md").read_text("utf-8").split())
+    assert "returns the same 8 dot products as a `Shard(0)` DTensor, 2 on each rank" in page
+    assert "`CommDebugMode` counts no collective" in page
+    assert "(an all-gather on gloo, which has no all-to-all)" in page
+
+
+def test_autocast_sums_in_float32_and_jax_where_the_page_says():
+    """DDP all-reduces float32 gradients; jax.jit sums them in bfloat16 on XLA:GPU, and the
+    shard_map step with the weights made per-device before the cast, in float32."""
+    (ddp_bytes,) = re.findall(r"all-reduced per step: ([\d,]+) bytes of float32", recorded(
+        "autocast.out")["train"])  # fmt: skip
+    sent = dict(
+        line.split(": ", 1)
+        for line in recorded("bf16_data_parallel.out")["collectives"].splitlines()
+    )
+    assert sent["jit, XLA:GPU"].startswith("all-reduce bf16 ")
+    jit_bytes = sent["jit, XLA:GPU"].split()[2]
+    assert (
+        sent["shard_map, XLA:GPU"]
+        == f"all-reduce f32 {int(ddp_bytes.replace(',', '')) + 4:,} bytes"
+    )
+    assert sent["jit, XLA:CPU"] == sent["shard_map, XLA:CPU"] == sent["shard_map, XLA:GPU"]
+    page = " ".join((DOCS / "mixed-precision.md").read_text(encoding="utf-8").split())
+    assert f"DDP all-reduces {ddp_bytes} bytes of float32 per step" in page
+    assert f"the step all-reduces {jit_bytes} bytes of bfloat16" in page
+    shard_map_bytes = sent["shard_map, XLA:GPU"].split()[2]
+    assert f"the `shard_map` step all-reduces {shard_map_bytes} bytes of float32" in page
