@@ -353,4 +353,8 @@ ENTRY %main {
 """
     # The done in the body finishes a gather the entry started; inside the loop, its 512
     # bytes and the body's own 1,024-byte gather are alive together.
-    assert gather_schedule(hlo) == {"all_gathers_split": 1, "gathered_bytes_alive": 1536}
+    assert gather_schedule(hlo) == {
+        "all_gathers_paired": 0,
+        "all_gathers_split": 1,
+        "gathered_bytes_alive": 1536,
+    }

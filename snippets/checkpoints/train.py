@@ -28,7 +28,6 @@ initialize_distributed()  # before anything touches a device
 # %% setup
 # --8<-- [start:setup]
 import argparse
-import contextlib
 import hashlib
 import json
 import logging
@@ -36,6 +35,7 @@ import os
 import signal
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import grain
@@ -213,17 +213,27 @@ manager = ocp.CheckpointManager(checkpoints, options=options)
 
 
 # --8<-- [start:failed_saves]
-class WithoutTraceback(logging.Filter):
-    """Orbax's log lines, one line each: a save that fails (a full disk, a quota, a lost
-    mount) fails in several background threads, and each one logs it with a traceback."""
+class SaveErrors(logging.Filter):
+    """A save that fails (a full disk, a quota, a lost mount) fails in Orbax's background
+    threads, and each one logs it with a traceback: keep their lines to one each, and the
+    first error for the training loop, which Orbax would tell only in a wait for the save
+    (a wait that never returns when the processes failed at different points)."""
+
+    def __init__(self):
+        super().__init__()
+        self.first: BaseException | None = None
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if "orbax" in record.pathname:
+        # Orbax's own lines, and asyncio's about the tasks of Orbax's writes
+        if record.exc_info and "orbax" in record.pathname + record.getMessage():
+            self.first = self.first or record.exc_info[1]
             record.exc_info = record.exc_text = None
         return True
 
 
-logging.getLogger("absl").addFilter(WithoutTraceback())
+save_errors = SaveErrors()
+for logger in ("absl", "asyncio"):
+    logging.getLogger(logger).addFilter(save_errors)
 
 
 def ignore_closed_loop(unraisable, default=sys.unraisablehook) -> None:
@@ -236,18 +246,26 @@ def ignore_closed_loop(unraisable, default=sys.unraisablehook) -> None:
 sys.unraisablehook = ignore_closed_loop
 
 
-@contextlib.contextmanager
-def stop_if_a_save_failed(step: int):
-    """Stop with one error where Orbax raises a save's failure: when asked
-    (check_for_errors), or when a later save or wait_until_finished waits for it."""
-    try:
-        yield
-    except Exception as error:  # noqa: BLE001 - whatever failed the write
+def stop_if_a_save_failed(step: int) -> None:
+    """Stop with one error once Orbax has logged that a save failed."""
+    error = save_errors.first
+    if error is not None:
+        full = any(s in str(error) for s in ("No space left", "File too large", "quota"))
         raise SystemExit(
-            f"step {step}: a checkpoint could not be written to {checkpoints}: {error}\n"
-            f"Free space there (or choose another --workdir) and run again: it resumes "
-            f"from the newest checkpoint that was written in full."
-        ) from None
+            f"step {step}: a checkpoint could not be written to {checkpoints}: "
+            f"{type(error).__name__}: {error}\n"
+            + ("Free space there (or choose another --workdir) and run again: " if full else "")
+            + "a new start resumes from the newest checkpoint that was written in full."
+        )
+
+
+def wait_for_saves(step: int) -> None:
+    """manager.wait_until_finished(), but stopping as soon as a save has failed."""
+    while manager.is_saving_in_progress():
+        stop_if_a_save_failed(step)
+        time.sleep(0.1)
+    stop_if_a_save_failed(step)
+    manager.wait_until_finished()
 
 
 # --8<-- [end:failed_saves]
@@ -375,27 +393,24 @@ with jax.set_mesh(mesh):
             losses, firsts = [], []
         if step == args.steps:
             log("final state", fingerprint(state))
-        with stop_if_a_save_failed(step):  # once Orbax knows a save failed (resuming page)
-            manager.check_for_errors()
-            manager.save(  # all processes; returns once the arrays are off the devices
-                step,
-                args=ocp.args.Composite(
-                    state=ocp.args.StandardSave(state),
-                    data=grain.checkpoint.CheckpointSave(batches),  # each process its position
-                ),
-                force=step == args.steps,  # the last step, whether the policy picks it or not
-            )
+        stop_if_a_save_failed(step)  # a failed save stops the run here (resuming page)
+        manager.save(  # all processes; returns once the arrays are copied off the devices
+            step,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state),
+                data=grain.checkpoint.CheckpointSave(batches),  # each process its position
+            ),
+            force=step == args.steps,  # the last step, whether the policy picks it or not
+        )
         # After a SIGTERM to any process, JAX agrees on a step at which every process
         # saves (above); then leave before the scheduler's grace period runs out.
         if manager.reached_preemption(step):
-            with stop_if_a_save_failed(step):
-                manager.wait_until_finished()
+            wait_for_saves(step)
             log(f"preemption notice: checkpoint {step} saved; exiting")
             # Not 0, which would tell the scheduler the run is finished: 143 is the status
             # of a process that SIGTERM ended.
             raise SystemExit(128 + signal.SIGTERM)
-with stop_if_a_save_failed(args.steps):
-    manager.wait_until_finished()  # the last save, written in the background, is complete
+wait_for_saves(args.steps)  # the last save, written in the background, is complete
 # --8<-- [end:train]
 
 # %% written

@@ -34,6 +34,7 @@ GRID_FILE = REPO / "snippets" / "training_step" / "memory_grid.json"
 # (the parentheses after its opcode) and the names in it.
 _ENTRY = re.compile(r"^ENTRY %?([\w.-]+)", re.MULTILINE)
 _WHILE_BODY = re.compile(r"\bbody=%?([\w.-]+)")
+_TUPLE_INDEX = re.compile(r"\bindex=(\d+)")
 _OPERANDS = re.compile(r"[\w-]+\((.*?)\)(?:,|$)")
 _NAME = re.compile(r"%([\w.-]+)")
 
@@ -114,15 +115,17 @@ def xla_cell(
     model: str, target: str, layout: dict, training: dict, gathers: bool = False
 ) -> dict[str, Any]:
     """One cell compiled for its target: XLA's memory plan for one device, in bytes, and
-    with ``gathers`` how many all-gathers the step runs (loop trip counts included) and
-    how its schedule places them (:func:`gather_schedule`)."""
-    from jaxpar import Parallelism, Training, compile_for, fits, summarise, training_step
+    with ``gathers`` how many all-gathers the step runs (loop trip counts included) and,
+    on XLA:GPU, how its schedule places them (:func:`gather_schedule`)."""
+    from jaxpar import TARGETS, Parallelism, Training, compile_for, fits, summarise, training_step
 
     step, args = training_step(decoders()[model], Parallelism(**layout), Training(**training))
     schedule = {}
     if gathers:  # the layers section, whose cells all fit: the compiled text is needed too
         compiled = compile_for(target, step, *args)
-        summary, schedule = summarise(compiled), gather_schedule(compiled.as_text())
+        summary = summarise(compiled)
+        if TARGETS[target].backend == "XLA:GPU":  # XLA:TPU writes its gathers otherwise
+            schedule = gather_schedule(compiled.as_text())
     else:
         report = fits(target, step, *args)
         if report.summary is None:  # XLA:TPU refused: it does not fit
@@ -143,67 +146,81 @@ def xla_cell(
 
 def gather_schedule(hlo: str) -> dict[str, int]:
     """How a compiled program's schedule places its all-gathers, from its HLO text, whose
-    instructions are in the order they run.
+    instructions are in the order they run (the text of ``compiled.as_text()``, which
+    writes asynchronous gathers as ``all-gather-start`` and ``all-gather-done``).
 
-    ``all_gathers_split``: the ``all-gather-done`` ops whose ``all-gather-start`` is in
-    another computation, as when a loop starts the next iteration's gather early.
-    ``gathered_bytes_alive``: the most bytes of all-gather results (and of their bitcasts)
-    alive at one point, a loop's body counted at the loop's instruction. Bytes per device.
+    ``all_gathers_paired``: the ``all-gather-done`` ops whose ``all-gather-start`` is in
+    the same computation; ``all_gathers_split``: those whose start is in another one, as
+    when a loop starts the next iteration's gather early. ``gathered_bytes_alive``: the
+    most bytes of gathered results alive at one point, each from its start (where its
+    buffer is reserved) to its last use, through bitcasts and the elements of a combined
+    gather's tuple; a loop's body counted at the loop's instruction. Bytes per device.
 
     >>> gather_schedule('''ENTRY %main {
     ...   %p = bf16[4,8]{1,0} parameter(0)
     ...   %s = bf16[32,8]{1,0} all-gather-start(%p), dimensions={0}
+    ...   %t = (bf16[32,8]{1,0}, bf16[32,8]{1,0}) all-gather-start(%p, %p), dimensions={0}
     ...   %d = bf16[32,8]{1,0} all-gather-done(%s)
+    ...   %e = (bf16[32,8]{1,0}, bf16[32,8]{1,0}) all-gather-done(%t)
+    ...   %first = bf16[32,8]{1,0} get-tuple-element(%e), index=0
     ...   %b = bf16[256]{0} bitcast(%d)
-    ...   %g = bf16[32,8]{1,0} all-gather(%p), dimensions={0}
-    ...   ROOT %t = (bf16[256]{0}, bf16[32,8]{1,0}) tuple(%b, %g)
+    ...   ROOT %r = (bf16[256]{0}, bf16[32,8]{1,0}) tuple(%b, %first)
     ... }''')
-    {'all_gathers_split': 0, 'gathered_bytes_alive': 1024}
+    {'all_gathers_paired': 2, 'all_gathers_split': 0, 'gathered_bytes_alive': 1536}
     """
-    from jaxpar.compiled import _computations, _opcode_and_type, _type_bytes
+    from jaxpar.compiled import _ARRAY_TYPE, _computations, _opcode_and_type, _type_bytes
 
     computations = _computations(hlo)
-    split = 0
-    for instructions in computations.values():
-        starts = {name for name, rest in instructions if _opcode(rest) == "all-gather-start"}
-        split += sum(
-            1
-            for _, rest in instructions
-            if _opcode(rest) == "all-gather-done" and _operands(rest)[0] not in starts
-        )
+    counts = {"all_gathers_paired": 0, "all_gathers_split": 0}
 
     @functools.cache
     def alive(computation: str) -> int:
         instructions = computations[computation]
         defined = {name for name, _ in instructions}
-        gathered: dict[str, str] = {}  # an instruction -> the all-gather result it is
-        spans: dict[str, list[int]] = {}  # an all-gather result -> [defined, last used]
-        sizes: dict[str, int] = {}
+        starts: dict[str, int] = {}  # an all-gather-start -> its index
+        gathered: dict[str, list[tuple[str, int]]] = {}  # an instruction -> buffers it is
+        spans: dict[tuple[str, int], list[int]] = {}  # a buffer -> [reserved, last used]
+        sizes: dict[tuple[str, int], int] = {}
         inside: dict[int, int] = {}  # a loop's index -> what its body keeps alive
         for index, (name, rest) in enumerate(instructions):
             opcode, result_type = _opcode_and_type(rest)
             used = [a for a in _operands(rest) if a in defined]
             for operand in used:
-                if operand in gathered:
-                    spans[gathered[operand]][1] = index
+                for buffer in gathered.get(operand, ()):
+                    spans[buffer][1] = index
             if opcode in ("all-gather", "all-gather-done"):
-                gathered[name], spans[name] = name, [index, index]
-                sizes[name] = _type_bytes(result_type)
+                begun = index
+                if opcode == "all-gather-done":
+                    paired = bool(used) and used[0] in starts
+                    counts["all_gathers_paired" if paired else "all_gathers_split"] += 1
+                    begun = starts[used[0]] if paired else index
+                elements = [f"{t}[{d}]" for t, d in _ARRAY_TYPE.findall(result_type)]
+                gathered[name] = [(name, i) for i in range(len(elements))]
+                for buffer, element in zip(gathered[name], elements, strict=True):
+                    spans[buffer], sizes[buffer] = [begun, index], _type_bytes(element)
+            elif opcode == "all-gather-start":
+                starts[name] = index
             elif opcode == "bitcast" and used and used[0] in gathered:
                 gathered[name] = gathered[used[0]]
+            elif opcode == "get-tuple-element" and used and used[0] in gathered:
+                element = int(_TUPLE_INDEX.search(rest)[1])
+                gathered[name] = gathered[used[0]][element : element + 1]
             elif opcode == "while":
                 inside[index] = alive(_WHILE_BODY.search(rest)[1])
         return max(
             (
                 inside.get(index, 0)
-                + sum(size for g, size in sizes.items() if spans[g][0] <= index <= spans[g][1])
+                + sum(size for b, size in sizes.items() if spans[b][0] <= index <= spans[b][1])
                 for index in range(len(instructions))
             ),
             default=0,
         )
 
     entry = _ENTRY.search(hlo)
-    return {"all_gathers_split": split, "gathered_bytes_alive": alive(entry[1]) if entry else 0}
+    most = alive(entry[1]) if entry else 0
+    for computation in computations:  # the pairs of computations no loop calls, too
+        alive(computation)
+    return {**counts, "gathered_bytes_alive": most}
 
 
 def _opcode(rest: str) -> str | None:

@@ -21,7 +21,7 @@ from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.structure.files import File
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from sitetools import REPO, recordings
+from sitetools import REPO, hant, recordings
 from sitetools.i18n import SOURCE_LANGUAGE, Language, load_languages
 from sitetools.notebook_translations import Docstring, docstring_in, translations_file
 from sitetools.snippets import (
@@ -203,12 +203,14 @@ def _docstring(snippet: Path, language: Language | None) -> Docstring:
 
 def _stamp(snippet: Path, language: Language) -> tuple[int, ...]:
     """What a notebook is made from: the snippet, its recording (and whether it is older
-    than the snippet) and the translations."""
+    than the snippet), the translations and, for a converted language, its terms."""
+    terms = [hant.TERMS_FILE] if language.converted_from else []
     made_from = (
         snippet,
         output_path(snippet),
         recordings.RECORDINGS_FILE,
         translations_file(language),
+        *terms,
     )
     return tuple(path.stat().st_mtime_ns if path.exists() else 0 for path in made_from)
 
