@@ -536,3 +536,20 @@ def test_no_page_shows_a_docstrings_sphinx_role_as_text(site):
         if re.search(r":(?:func|class|meth|attr|data|mod|obj):<code>", page.read_text("utf-8"))
     ]
     assert not shown, shown
+
+
+def test_each_language_s_notebooks_have_a_cache_folder_of_their_own():
+    """mkdocs-jupyter evicts every cache entry its build did not use: languages building side
+    by side from one folder would delete each other's (and raced to, failing the build)."""
+    from types import SimpleNamespace
+
+    from sitetools.notebooks import use_cache_of
+
+    folders = {}
+    for code, language in LANGUAGES.items():
+        plugin = SimpleNamespace(config={"cache_dir": ".cache/mkdocs-jupyter"})
+        config = SimpleNamespace(plugins={"mkdocs-jupyter": plugin})
+        use_cache_of(config, language)
+        use_cache_of(config, language)  # a rebuild under `mkdocs serve` adds nothing
+        folders[code] = plugin.config["cache_dir"]
+    assert folders == {code: f".cache/mkdocs-jupyter/{code}" for code in LANGUAGES}

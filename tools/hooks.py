@@ -46,6 +46,7 @@ def on_config(config):
     searchwords.teach_jieba()  # before any Chinese page is indexed
     searchwords.set_separator(config, language.code)
     diagrams.use_drawings(config)
+    notebooks.use_cache_of(config, language)
     sections = notebooks.nav_sections(notebooks.write_notebooks(language))
     config.nav = (config.nav or []) + i18n.translate_nav([{"Notebooks": sections}], language)
     return config

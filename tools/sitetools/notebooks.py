@@ -162,6 +162,14 @@ def write_notebooks(language: Language) -> list[NotebookPage]:
     ]
 
 
+def use_cache_of(config: MkDocsConfig, language: Language) -> None:
+    """Give each language its own mkdocs-jupyter cache folder: a build evicts every entry it
+    did not use, and the languages' builds (side by side) use different notebooks."""
+    plugin = config.plugins.get("mkdocs-jupyter")
+    if plugin is not None and not plugin.config["cache_dir"].endswith(f"/{language.code}"):
+        plugin.config["cache_dir"] = f"{plugin.config['cache_dir']}/{language.code}"
+
+
 def notebook_files(config: MkDocsConfig, language: Language) -> list[File]:
     """The notebook pages of a build, as MkDocs files (mkdocs-jupyter renders them)."""
     files = []
