@@ -307,6 +307,7 @@ class Launcher:
                         # anything yet: what they print meanwhile is still theirs to show.
                         time.sleep(SETTLE_SECONDS)
                         self._record(rank, int(words[1]))
+                        self._let_the_first_failure_finish(rank)
                         try:
                             control.sendall(b"k")
                         except OSError:
@@ -319,6 +320,17 @@ class Launcher:
                 self._record(rank, None)
             with self._lock:
                 del self._controls[rank]
+
+    def _let_the_first_failure_finish(self, rank: int) -> None:
+        """Keep a rank that fails after another alive until the first one has exited: its
+        exit would make the first one's JAX print about the lost peer before its traceback."""
+        with self._lock:
+            first = self._failures[0][0]
+        if first != rank:
+            try:
+                self.processes[first].wait(timeout=GRACE_SECONDS)
+            except subprocess.TimeoutExpired:
+                pass
 
     def _watch(self, rank: int, process: subprocess.Popen) -> None:
         """Record a rank's exit status: a failure unless it is 0 (a signal n gives 128 + n)."""
