@@ -72,8 +72,18 @@ def on_pre_build(config):
 
 def on_env(env, config, files):  # after the pages are read, before they are written
     templates.cache_compiled_templates(env)
-    serving.keep_titles_of_pages_not_rebuilt(files, i18n.language_of(config).code)
+    language = i18n.language_of(config)
+    serving.keep_titles_of_pages_not_rebuilt(files, language.code)
+    if language.code == i18n.SOURCE_LANGUAGE:
+        # The other languages' builds are forked from this one: what every build computes
+        # once is done before (the notebooks' stylesheet), and each inherits it.
+        stylesheets.prune_ahead(page.content for page in _notebook_pages(files))
+        i18n.start_other_languages(config, serving.state)
     return env
+
+
+def _notebook_pages(files):
+    return [f.page for f in files if notebooks.is_notebook(f) and f.page and f.page.content]
 
 
 def on_page_markdown(markdown, page, config, files):
@@ -132,6 +142,10 @@ def on_post_page(output, page, config):
     if notebooks.is_notebook(page.file):
         output = stylesheets.with_shared_stylesheet(output, page.url, config.site_dir)
     return notebooks.without_mathjax(output)
+
+
+def on_build_error(error):
+    i18n.stop_other_languages()
 
 
 def on_post_build(config):

@@ -17,8 +17,11 @@ import multiprocessing.connection
 import os
 import re
 import shutil
+import signal
+import sys
 import urllib.parse
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import yaml
@@ -303,19 +306,65 @@ def _inputs(language: Language) -> list[Path]:
 
 
 _served_stamps: dict[str, tuple] = {}
+# Under `mkdocs build`: the process building every other language beside English's build.
+_beside_english: tuple[multiprocessing.process.BaseProcess, Connection] | None = None
+
+
+def start_other_languages(config: MkDocsConfig, state: ServeState) -> None:
+    """Under ``mkdocs build``, start building every language but English into
+    ``<site_dir>/<code>/`` now, beside the rest of English's build (called once English's
+    pages are read: the builds, forked from this process, inherit all it has loaded and
+    computed); :func:`build_other_languages` waits for them."""
+    global _beside_english
+    if state.serving:
+        return
+    others = [
+        (lang, Path(config.site_dir) / lang.code) for lang in list(load_languages().values())[1:]
+    ]
+    receiver, sender = multiprocessing.Pipe(duplex=False)
+    process = multiprocessing.get_context("fork").Process(
+        target=_build_beside_english, args=(config, others, sender), name="other languages"
+    )
+    process.start()
+    sender.close()
+    _beside_english = process, receiver
+
+
+def stop_other_languages() -> None:
+    """Stop the builds :func:`start_other_languages` started (English's build failed)."""
+    global _beside_english
+    if _beside_english is not None:
+        process, _ = _beside_english
+        process.terminate()  # it stops its builds (_build_beside_english)
+        process.join()
+        _beside_english = None
+
+
+def _build_beside_english(config: MkDocsConfig, languages: list, sender: Connection) -> None:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # _build_side_by_side stops its builds
+    # All at once: one at a time per CPU, the last would build alone at the end.
+    sender.send(_build_side_by_side(config, languages, at_once=len(languages)))
 
 
 def build_other_languages(config: MkDocsConfig, state: ServeState) -> None:
     """Build every language but English into ``<site_dir>/<code>/``.
 
+    Under ``mkdocs build``, wait for the builds :func:`start_other_languages` started.
     Under ``mkdocs serve`` each language is built into a cache that outlives the temporary
     site directory, only when its inputs changed (dirty, under ``--dirty``), and copied
     into place. Languages with no cache yet (the first ``make serve``) are built side by
     side, as ``mkdocs build`` builds them.
     """
+    global _beside_english
     others = list(load_languages().values())[1:]
     if not state.serving:
-        _build_side_by_side(config, [(lang, Path(config.site_dir) / lang.code) for lang in others])
+        if _beside_english is None:
+            raise RuntimeError("start_other_languages was not called before the build ended")
+        process, receiver = _beside_english
+        _beside_english = None
+        failed = receiver.recv() if receiver.poll(None) else [lang.code for lang in others]
+        process.join()
+        _fail_if(failed)
         return
     stale = []
     for language in others:
@@ -327,7 +376,7 @@ def build_other_languages(config: MkDocsConfig, state: ServeState) -> None:
             stale.append((language, cached, current))
     first = [(lang, cached, current) for lang, cached, current in stale if not cached.is_dir()]
     if len(first) > 1:
-        _build_side_by_side(config, [(lang, cached) for lang, cached, _ in first], first)
+        _fail_if(_build_side_by_side(config, [(lang, cached) for lang, cached, _ in first], first))
     for language, cached, current in stale:
         if len(first) > 1 and (language, cached, current) in first:
             serving.restore_language(language.code)
@@ -345,19 +394,25 @@ def build_other_languages(config: MkDocsConfig, state: ServeState) -> None:
         shutil.copytree(cached, Path(config.site_dir) / language.code, dirs_exist_ok=True)
 
 
+def _fail_if(failed: list[str]) -> None:
+    if failed:
+        raise Abort(f"the build of {', '.join(failed)} failed: its messages are above")
+
+
 def _build_side_by_side(
     config: MkDocsConfig,
     languages: list[tuple[Language, Path]],
     stamps: list[tuple[Language, Path, tuple]] | None = None,
-) -> None:
+    at_once: int = len(os.sched_getaffinity(0)),
+) -> list[str]:
     """Build each language into its folder in a process of its own, as many at a time as
-    there are CPUs. Each is forked from this one, which has imported and set up everything
-    already (templates, jieba's dictionary); given the ``stamps`` of their inputs (taken
-    before building: an edit during the build must show as a change), each saves what its
-    build knew (serving.save_language), for this process to rebuild it dirty later."""
+    there are CPUs (or ``at_once``), and say which builds failed. Each is forked from this one, which has
+    imported and set up everything already (templates, jieba's dictionary); given the
+    ``stamps`` of their inputs (taken before building: an edit during the build must show
+    as a change), each saves what its build knew (serving.save_language), for this process
+    to rebuild it dirty later."""
     saved = {language.code: current for language, _, current in stamps or []}
     fork = multiprocessing.get_context("fork")
-    at_once = len(os.sched_getaffinity(0))
     running: list[multiprocessing.process.BaseProcess] = []
     failed: list[str] = []
 
@@ -369,18 +424,24 @@ def _build_side_by_side(
             if process.exitcode != 0:
                 failed.append(process.name)
 
-    for language, site_dir in languages:
-        while len(running) >= at_once:
+    try:
+        for language, site_dir in languages:
+            while len(running) >= at_once:
+                wait_for_one()
+            inputs = saved.get(language.code)
+            process = fork.Process(
+                target=_build_and_save, args=(config, language, site_dir, inputs)
+            )
+            process.name = language.code
+            process.start()
+            running.append(process)
+        while running:
             wait_for_one()
-        inputs = saved.get(language.code)
-        process = fork.Process(target=_build_and_save, args=(config, language, site_dir, inputs))
-        process.name = language.code
-        process.start()
-        running.append(process)
-    while running:
-        wait_for_one()
-    if failed:
-        raise Abort(f"the build of {', '.join(failed)} failed: its messages are above")
+    finally:  # stopped: stop the builds too
+        for process in running:
+            process.terminate()
+            process.join()
+    return failed
 
 
 def _build_and_save(

@@ -107,18 +107,21 @@ def _parse(path: Path) -> _Page:
     return _parse_text(path.read_text(encoding="utf-8", errors="replace"))
 
 
-def _file_for(site: Path, url_path: str) -> Path | None:
-    """The file that a static server sends for ``url_path``, or None."""
+def _file_for(site: Path, url_path: str) -> str | None:
+    """The file that a static server sends for ``url_path`` (its path in ``site``), or None."""
     candidate = site / unquote(url_path).lstrip("/")
+    if ".." in candidate.relative_to(site).parts:  # %2e%2e: outside the site
+        return None
     if candidate.is_dir():
         candidate = candidate / "index.html"
-    return candidate if candidate.is_file() else None
+    return candidate.relative_to(site).as_posix() if candidate.is_file() else None
 
 
 def broken_links(site: Path) -> list[BrokenLink]:
     """Every internal link of every page under ``site`` whose file or anchor is missing."""
     pages = {path: _parse(path) for path in sorted(site.rglob("*.html"))}
-    ids = {path.resolve(): parsed.ids for path, parsed in pages.items()}
+    ids = {path.relative_to(site).as_posix(): parsed.ids for path, parsed in pages.items()}
+    file_for = functools.cache(functools.partial(_file_for, site))  # most links are shared
     broken = []
     for path, parsed in pages.items():
         page = path.relative_to(site).as_posix()
@@ -130,14 +133,13 @@ def broken_links(site: Path) -> list[BrokenLink]:
                 continue  # off the site: mailto:, https://, data:, javascript:
             if parts.path == base and not parts.fragment:
                 continue
-            file = _file_for(site, parts.path)
+            file = file_for(parts.path)
             if file is None:
                 broken.append(BrokenLink(page, target, f"no file for {parts.path}"))
-            elif parts.fragment and file.suffix == ".html":
+            elif parts.fragment and file.endswith(".html"):
                 fragment = unquote(parts.fragment)
-                if fragment not in ids.get(file.resolve(), set()) and fragment != "top":
-                    where = file.relative_to(site).as_posix()
-                    broken.append(BrokenLink(page, target, f"no id {fragment!r} in {where}"))
+                if fragment not in ids.get(file, set()) and fragment != "top":
+                    broken.append(BrokenLink(page, target, f"no id {fragment!r} in {file}"))
     return broken
 
 

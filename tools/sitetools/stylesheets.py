@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +138,16 @@ def without_unused_rules(css: str, classes: frozenset[str] | None = None) -> str
 @functools.cache  # the same for every language's build, in one process
 def _pruned(css: str) -> str:
     return without_unused_properties(without_unused_rules(css))
+
+
+def prune_ahead(contents: Iterable[str]) -> None:
+    """Prune the stylesheet that the first of these notebook pages' contents holds now, for
+    :func:`with_shared_stylesheet` to find pruned: in a process that forks the other
+    languages' builds, each of them inherits it."""
+    for content in contents:
+        if styles := INLINE_STYLE.findall(content):
+            _pruned("\n".join(styles))
+            return
 
 
 def with_shared_stylesheet(html: str, page_url: str, site_dir: str) -> str:
