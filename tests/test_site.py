@@ -527,6 +527,36 @@ def test_missing_includes_and_broken_anchors_fail_the_build_naming_page_and_path
     assert failed and set(failed[1].split(", ")) == {"zh", "ko", "zh-hant"}, output
 
 
+def test_a_failed_english_build_stops_the_other_languages_builds(tmp_path):
+    """The other languages are built beside English's (forked once its pages are read): when
+    English's build fails after that, it stops them at once (before they write a page), and
+    no process is left writing the site."""
+    project = copy_project(tmp_path / "project")
+    template = project / "overrides" / "main.html"
+    failing = '{% if config.theme.language == "en" %}{{ english_only_failure.here }}{% endif %}'
+    text = template.read_text(encoding="utf-8")
+    template.write_text(text.replace("{{ super() }}", failing + "{{ super() }}", 1), "utf-8")
+    site = tmp_path / "site"
+    result = build(project, site)
+    assert result.returncode != 0
+    assert "english_only_failure" in result.stdout + result.stderr
+    still_running = [
+        cmdline.parent.name
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline")
+        if str(site).encode() in _read_or_nothing(cmdline)
+    ]
+    assert not still_running, f"processes {still_running} still build into {site}"
+    written = [str(page.relative_to(site)) for page in site.glob("*/**/index.html")]
+    assert not written, f"the other languages' builds went on after English's failed: {written}"
+
+
+def _read_or_nothing(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:  # the process has ended
+        return b""
+
+
 def test_no_page_shows_a_docstrings_sphinx_role_as_text(site):
     """``:func:`summarise``` in a docstring is a link on the API pages (sitetools.roles),
     in every language, never the role's text."""

@@ -492,6 +492,9 @@ NARROWER: dict[tuple[str, str], Callable[[dict[str, object]], tuple[str, ...]]] 
         "test_site.py",
         "test_a_script_edited_after_its_recording_puts_a_warning_under_the_page_s_title",
     ): lambda _: SMALL_COPY,
+    ("test_site.py", "test_a_failed_english_build_stops_the_other_languages_builds"): lambda _: (
+        SMALL_COPY
+    ),
     (
         "test_tooling.py",
         "test_make_serve_rebuilds_an_edited_page_and_after_a_restart_only_what_changed",
