@@ -3,6 +3,7 @@ depend on it, and CI=true (or --no-reuse) reuses nothing."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -24,6 +25,8 @@ FILES = {
     "snippets/basics/jax_in_one_page.py": "a",
     "snippets/basics/jax_in_one_page.py#title": "a title",
     "snippets/basics/jax_in_one_page.out": "a out",
+    "snippets/basics/jax_in_one_page.py#recording": "a recorded with",
+    "snippets/recordings.json": "every recording",
     "snippets/training_step/gpt.py": "gpt",
     "snippets/training_step/layouts.py": "layouts",
     "src/jaxpar/batching.py": "jaxpar",
@@ -57,7 +60,11 @@ TESTS = {  # a test of each kind: (module, name, parameters)
         "test_snippet_output_matches_recording",
         {"snippet": REPO / "snippets/training_step/layouts.py"},
     ),
-    "fewer devices": ("test_snippets.py", "test_snippets_run_on_fewer_devices", {"devices": 1}),
+    "fewer devices": (
+        "test_snippets.py",
+        "test_snippets_run_on_fewer_devices",
+        {"snippet": SNIPPET_A, "devices": 1},
+    ),
     "launcher": ("test_launch.py", "test_a_rank_that_fails_stops_the_run", {}),
     "home en": (
         "test_browser.py",
@@ -118,6 +125,9 @@ def keys(files: dict[str, str]) -> dict[str, str]:
             {"site", "snippet a", "fewer devices", "notebook a"},
         ),
         ("snippets/basics/jax_in_one_page.py#title", SITE - {"small copy"}),
+        # what pages say of its recording: every page may show its output
+        ("snippets/basics/jax_in_one_page.py#recording", SITE),
+        ("snippets/recordings.json", {"site"}),  # the sources recorded, as such
         # needs 8 devices; layouts.py imports it
         ("snippets/training_step/gpt.py", {"site", "snippet gpt", "snippet layouts"}),
         ("snippets/training_step/layouts.py", {"site", "snippet layouts"}),
@@ -125,12 +135,8 @@ def keys(files: dict[str, str]) -> dict[str, str]:
         ("src/jaxpar/batching.py", API),
         ("src/jaxpar/compiled.py", API),
         # its code: what runs it (a code edit changes both the module and its code)
-        # gpt.py uses jaxpar.summarise, and the parser's tests test it; so do snippets that
-        # run on fewer devices (across_hosts.py)
-        (
-            "src/jaxpar/compiled.py#code",
-            API | {"snippet gpt", "snippet layouts", "parser", "fewer devices"},
-        ),
+        # gpt.py uses jaxpar.summarise, and the parser's tests test it
+        ("src/jaxpar/compiled.py#code", API | {"snippet gpt", "snippet layouts", "parser"}),
         ("tests/hlo/fsdp8_gpu.txt", {"parser"}),  # recorded HLO: only the parser's tests
         ("src/jaxpar/launch.py#code", API | {"launcher"}),
         ("tools/sitetools/snippets.py", set(TESTS) - {"launcher", "parser"}),  # the runner
@@ -148,6 +154,23 @@ def test_an_edit_changes_the_keys_of_exactly_the_tests_that_read_it(edited, expe
     before = keys(FILES)
     after = keys(FILES | {edited: FILES[edited] + " edited"})
     assert {kind for kind in TESTS if before[kind] != after[kind]} == expected
+
+
+def test_recording_a_snippet_again_leaves_what_pages_say_of_it_as_it_was():
+    """A page says what a snippet's output was recorded with, or that its script changed
+    since: recording it again after an edit changes neither (the pages need no new build)."""
+    script, edited = b"print(1)\n", b"print(1)  # edited\n"
+    entry = {
+        "jax": "0.12.0",
+        "cpu": "x86-64",
+        "source": hashlib.sha256(script).hexdigest(),
+    }
+    recorded_again = entry | {"source": hashlib.sha256(edited).hexdigest()}
+    said = testcache._recording(entry, script)
+    assert testcache._recording(recorded_again, edited) == said
+    assert testcache._recording(entry, edited) != said  # edited, not recorded: a notice
+    assert testcache._recording(entry | {"jax": "0.13.0"}, script) != said
+    assert testcache._recording(None, script) != said
 
 
 def test_a_language_reads_the_english_pages_it_has_no_translation_of(tmp_path, monkeypatch):

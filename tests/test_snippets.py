@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from sitetools import REPO
 from sitetools.snippets import (
-    FEWER_DEVICES,
     RECORD_COMMAND,
+    SNIPPETS_DIR,
     checked_through,
     discover,
     expected_status,
@@ -169,11 +169,18 @@ def test_snippet_follows_conventions(snippet: Path):
             )
 
 
-# A reader's machine with 1 or 4 accelerators (sitetools.snippets.fewer_device_runs): the
-# snippets of one count run in one process, which imports JAX once.
-@pytest.mark.parametrize("devices", FEWER_DEVICES)
-def test_snippets_run_on_fewer_devices(devices: int):
-    result = run_on_fewer_devices(fewer_device_runs()[devices], devices)
+# A reader's machine with 1 or 4 accelerators (sitetools.snippets.fewer_device_runs): each
+# snippet on one of the counts, so that an edit runs again only its own.
+FEWER_DEVICE_RUNS = [
+    pytest.param(snippet, devices, id=f"{snippet.relative_to(SNIPPETS_DIR)}-{devices}")
+    for devices, snippets in fewer_device_runs().items()
+    for snippet in snippets
+]
+
+
+@pytest.mark.parametrize("snippet, devices", FEWER_DEVICE_RUNS)
+def test_snippets_run_on_fewer_devices(snippet: Path, devices: int):
+    result = run_on_fewer_devices([snippet], devices)
     assert result.returncode == 0, (
         f"on {devices} devices, as on a reader's machine with {devices} accelerators, "
         f"a snippet fails (below). Size its meshes from jax.device_count(), or, if the "

@@ -77,7 +77,10 @@ def tracked_files() -> dict[str, str]:
     """Every file of the working tree that git tracks or would track -> its SHA-256; and
     for each page and snippet, ``<name>#title`` -> the SHA-256 of its title (a page's first
     heading, a snippet's first line), which every page of its language shows in the nav;
-    and ``git:HEAD`` -> the commit checked out, which dates pages and translations."""
+    for each snippet, ``<name>#recording`` -> the SHA-256 of what a page that shows its
+    output says of its recording (the JAX version and CPU, and whether the script changed
+    since), which recording it again leaves as it was; and ``git:HEAD`` -> the commit
+    checked out, which dates pages and translations."""
     return dict(_tracked_files())
 
 
@@ -89,6 +92,7 @@ def _tracked_files() -> tuple[tuple[str, str], ...]:
         capture_output=True,
         check=True,
     ).stdout.decode()
+    recorded = _recordings()
     digests = []
     for name in sorted(set(filter(None, listing.split("\0")))):
         path = REPO / name
@@ -98,11 +102,29 @@ def _tracked_files() -> tuple[tuple[str, str], ...]:
         digests.append((name, hashlib.sha256(content).hexdigest()))
         if name.startswith(("docs/", "snippets/")) and name.endswith((".md", ".py")):
             digests.append((f"{name}#title", hashlib.sha256(_title(content)).hexdigest()))
+        if name.startswith("snippets/") and name.endswith(".py"):
+            digests.append((f"{name}#recording", _recording(recorded.get(name), content)))
         if name.startswith("src/jaxpar/") and name.endswith(".py"):
             digests.append((f"{name}#code", hashlib.sha256(_code(content)).hexdigest()))
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True)
     digests.append(("git:HEAD", head.stdout.decode().strip()))
     return tuple(digests)
+
+
+def _recordings() -> dict[str, dict[str, str]]:
+    try:
+        return json.loads((REPO / "snippets" / "recordings.json").read_bytes())
+    except (OSError, ValueError):  # none yet, or half-edited: no snippet is recorded
+        return {}
+
+
+def _recording(entry: dict[str, str] | None, script: bytes) -> str:
+    """What pages say of a snippet's recording (sitetools.recordings): with what, and
+    whether its script changed after it."""
+    entry = entry or {}
+    changed = entry.get("source") != hashlib.sha256(script).hexdigest()
+    said = json.dumps([entry.get("jax"), entry.get("cpu"), changed])
+    return hashlib.sha256(said.encode()).hexdigest()
 
 
 def _code(content: bytes) -> bytes:
@@ -274,7 +296,7 @@ THEME = (
     "docs/languages.yml",
     "docs/zh-hant-terms.yml",
     "docs/diagrams/*",
-    "snippets/recordings.json",  # each page's line saying what recorded its outputs
+    "snippets/*#recording",  # each page's line saying what recorded its outputs
     "docs/*/notebooks.yml",  # the notebooks' titles in the nav, and their texts
 )
 # The sources of each page type the browser tests load (sitetools.weight.PAGE_TYPES), in a
@@ -297,7 +319,6 @@ SMALL_COPY = (
     "docs/*/glossary.md",
     "docs/*/glossary.md#title",
     "snippets/data_parallel/linear_regression.*",
-    "snippets/recordings.json",
 )
 
 
@@ -396,6 +417,13 @@ def _snippet_run(params: dict[str, object]) -> tuple[str, ...]:
     (crash_and_resume.py runs train.py) or imports (layouts.py imports gpt), the runner,
     and the jaxpar code they run."""
     snippet = Path(str(params["snippet"])).resolve()
+    scripts = _scripts_run(snippet)
+    outputs = [script.with_suffix(".out").relative_to(REPO).as_posix() for script in scripts]
+    return (*_run_of(scripts), *outputs)
+
+
+def _scripts_run(snippet: Path) -> list[Path]:
+    """The snippet and the scripts beside it that it names or imports."""
     source = snippet.read_text(encoding="utf-8")
     named = [
         p
@@ -403,9 +431,13 @@ def _snippet_run(params: dict[str, object]) -> tuple[str, ...]:
         if p != snippet
         and (p.name in source or re.search(rf"^(from|import) {p.stem}\b", source, re.MULTILINE))
     ]
-    files = [snippet, snippet.with_suffix(".out"), *named, *(p.with_suffix(".out") for p in named)]
-    sources = [source, *(p.read_text(encoding="utf-8") for p in named)]
-    names = (f.relative_to(REPO).as_posix() for f in files)
+    return [snippet, *named]
+
+
+def _run_of(scripts: list[Path]) -> tuple[str, ...]:
+    """Running ``scripts``: their files, the runner, and the jaxpar code they use."""
+    names = (script.relative_to(REPO).as_posix() for script in scripts)
+    sources = [script.read_text(encoding="utf-8") for script in scripts]
     return (*names, *SNIPPET_RUNNER, *jaxpar_inputs(sources))
 
 
@@ -420,13 +452,9 @@ def _example_file(params: dict[str, object]) -> tuple[str, ...]:
 
 
 def _fewer_devices(params: dict[str, object]) -> tuple[str, ...]:
-    """The snippets one fewer-devices run runs, and what they use of jaxpar."""
-    from sitetools.snippets import fewer_device_runs
-
-    snippets = fewer_device_runs()[int(str(params["devices"]))]
-    names = [snippet.relative_to(REPO).as_posix() for snippet in snippets]
-    sources = [snippet.read_text(encoding="utf-8") for snippet in snippets]
-    return (*names, *SNIPPET_RUNNER, *jaxpar_inputs(sources))
+    """A snippet's run on fewer devices: as its run (:func:`_snippet_run`), with no output
+    compared."""
+    return _run_of(_scripts_run(Path(str(params["snippet"])).resolve()))
 
 
 def _test_module(module: str) -> Callable[[dict[str, object]], tuple[str, ...]]:
@@ -523,8 +551,15 @@ NARROWER: dict[tuple[str, str], Callable[[dict[str, object]], tuple[str, ...]]] 
     ),
     ("test_profiles.py", ""): _test_module("test_profiles.py"),
     ("test_tolerances.py", ""): lambda _: SNIPPET_RUNNER,
-    # This module's own tests: the tools, and the real snippets and jaxpar they key.
-    ("test_reuse.py", ""): lambda _: ("tools/sitetools/*", "snippets/*.py", *JAXPAR),
+    # This module's own tests: the tools, and the real snippets, pages and jaxpar they key.
+    ("test_reuse.py", ""): lambda _: (
+        "tools/sitetools/*",
+        "snippets/basics/jax_in_one_page.py",
+        "snippets/training_step/*.py",  # gpt.py, layouts.py and what they name
+        "docs/en/index.md",  # ko's translation of it, or not
+        "docs/ko/index.md",
+        *JAXPAR,
+    ),
     ("test_chapter_checkpoints.py", ""): lambda _: (
         "docs/*/checkpoints/*",
         "snippets/checkpoints/*",
