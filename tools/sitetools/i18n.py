@@ -198,7 +198,9 @@ def hreflang_roots(site_url: str) -> list[dict[str, str]]:
     return [*roots, {"lang": "x-default", "root": roots[0]["root"]}]
 
 
-THEME_ALTERNATES = re.compile(r'[ \t]*<link rel="alternate" href="[^"]*" hreflang="[^"]*">\n?')
+THEME_ALTERNATES = re.compile(
+    r'^[ \t]*<link rel="alternate" href="[^"]*" hreflang="[^"]*">\n?', re.MULTILINE
+)
 
 
 def without_theme_alternates(html: str) -> str:
@@ -212,7 +214,10 @@ def without_theme_alternates(html: str) -> str:
     >>> without_theme_alternates('<link rel="alternate" href="../zh/" hreflang="zh">\\n<p>')
     '<p>'
     """
-    return THEME_ALTERNATES.sub("", html)
+    head_end = html.find("</head>")  # they are in the head: the body can be large
+    if head_end < 0:
+        return THEME_ALTERNATES.sub("", html)
+    return THEME_ALTERNATES.sub("", html[:head_end]) + html[head_end:]
 
 
 def translate_nav(nav: list | None, language: Language) -> list | None:

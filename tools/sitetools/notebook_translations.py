@@ -51,7 +51,12 @@ class Docstring:
 
 def english_docstring(snippet: Path) -> str:
     """The script's module docstring, as its English notebook page shows it ('' if none)."""
-    return ast.get_docstring(ast.parse(snippet.read_text(encoding="utf-8"))) or ""
+    return _docstring_of(snippet.read_text(encoding="utf-8"))
+
+
+@functools.cache  # every language's build asks, and those forked from English's inherit it
+def _docstring_of(source: str) -> str:
+    return ast.get_docstring(ast.parse(source)) or ""
 
 
 def digest(docstring: str) -> str:
