@@ -27,6 +27,8 @@ FILES = {
     "snippets/basics/jax_in_one_page.out": "a out",
     "snippets/basics/jax_in_one_page.py#recording": "a recorded with",
     "snippets/recordings.json": "every recording",
+    "snippets/data_parallel/linear_regression.py": "shown on the tutorial page",
+    "snippets/data_parallel/mlp_data_parallel.py": "not shown there",
     "snippets/training_step/gpt.py": "gpt",
     "snippets/training_step/layouts.py": "layouts",
     "src/jaxpar/batching.py": "jaxpar",
@@ -76,6 +78,11 @@ TESTS = {  # a test of each kind: (module, name, parameters)
         "test_page_loads_cleanly_and_accessibly",
         {"kind": "home", "code": "ko"},
     ),
+    "tutorial en": (
+        "test_browser.py",
+        "test_page_loads_cleanly_and_accessibly",
+        {"kind": "tutorial", "code": "en"},
+    ),
     "search ko": (
         "test_browser.py",
         "test_search_finds_pages_of_its_own_language_only",
@@ -96,6 +103,7 @@ SITE = {
     "site",
     "home en",
     "home ko",
+    "tutorial en",
     "search ko",
     "notebook a",
     "small copy",
@@ -128,6 +136,9 @@ def keys(files: dict[str, str]) -> dict[str, str]:
         # what pages say of its recording: every page may show its output
         ("snippets/basics/jax_in_one_page.py#recording", SITE),
         ("snippets/recordings.json", {"site"}),  # the sources recorded, as such
+        # what the tutorial page includes, and a snippet of its chapter that it does not
+        ("snippets/data_parallel/linear_regression.py", {"site", "tutorial en", "small copy"}),
+        ("snippets/data_parallel/mlp_data_parallel.py", {"site"}),
         # needs 8 devices; layouts.py imports it
         ("snippets/training_step/gpt.py", {"site", "snippet gpt", "snippet layouts"}),
         ("snippets/training_step/layouts.py", {"site", "snippet layouts"}),

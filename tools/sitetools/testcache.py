@@ -301,12 +301,12 @@ THEME = (
 )
 # The sources of each page type the browser tests load (sitetools.weight.PAGE_TYPES), in a
 # language that has the page (see _page_sources for one that shows English's).
-PAGE_SOURCES = {
+PAGE_SOURCES = {  # with what each page includes (_included)
     "home": ("docs/{language}/index.md",),
-    "tutorial": ("docs/{language}/data-parallel/first-example.md", "snippets/data_parallel/*"),
+    "tutorial": ("docs/{language}/data-parallel/first-example.md",),
     "notebook": ("snippets/data_parallel/linear_regression.*",),
     "api": ("docs/{language}/api/profiles.md", *JAXPAR),
-    "status": (*EVERYTHING, "git:HEAD"),  # every page's state
+    "status": ("docs/*", "git:HEAD"),  # every page's state in every language, from git
     "404": (),
 }
 
@@ -380,8 +380,28 @@ def _page_sources(kind: str, language: str) -> tuple[str, ...]:
     for pattern in PAGE_SOURCES[kind]:
         page = pattern.format(language=language)
         english = pattern.format(language="en")
-        sources.append(english if english in fallbacks else page)
+        shown = english if english in fallbacks else page
+        sources += [shown, *_included(shown)]
     return tuple(sources)
+
+
+def _included(page: str) -> tuple[str, ...]:
+    """What a page includes (``--8<--`` lines): a snippet's script and recording whole.
+
+    >>> _included("docs/en/data-parallel/first-example.md")
+    ('snippets/data_parallel/linear_regression.*',)
+    """
+    from sitetools.includes import find_includes
+
+    path = REPO / page
+    if not path.is_file():  # a pattern, or a page that is gone
+        return ()
+    included = []
+    for include in find_includes(path.read_text(encoding="utf-8")):
+        name = Path(include.path)
+        is_snippet = name.suffix in (".py", ".out")
+        included.append(f"{name.with_suffix('').as_posix()}.*" if is_snippet else include.path)
+    return tuple(dict.fromkeys(included))
 
 
 def _searched_language(params: dict[str, object]) -> tuple[str, ...]:
@@ -483,6 +503,11 @@ NARROWER: dict[tuple[str, str], Callable[[dict[str, object]], tuple[str, ...]]] 
     ("test_browser.py", "test_search_finds_pages_of_its_own_language_only"): _searched_language,
     ("test_site.py", "test_notebook_page_and_download_in_every_language"): _notebook,
     ("test_site.py", "test_every_language_is_styled_as_english_is"): _styled,
+    # nbconvert's export of the small snippet's notebook, compared with sitetools.nbhtml's
+    ("test_site.py", "test_notebooks_export_as_nbconvert_would_without_its_soup"): lambda _: (
+        "tools/sitetools/*",
+        "snippets/data_parallel/linear_regression.*",
+    ),
     (
         "test_hant.py",
         "test_no_wrong_form_nor_simplified_only_character_reaches_the_edition",
