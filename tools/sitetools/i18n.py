@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import functools
 import multiprocessing
-import multiprocessing.connection
-import os
 import re
 import shutil
 import signal
@@ -311,88 +309,113 @@ def _inputs(language: Language) -> list[Path]:
 
 
 _served_stamps: dict[str, tuple] = {}
-# Under `mkdocs build`: the process building every other language beside English's build.
-_beside_english: tuple[multiprocessing.process.BaseProcess, Connection] | None = None
+
+
+@dataclass
+class _BuildsBeside:
+    """The process that builds other languages beside English's build, and what it says."""
+
+    process: multiprocessing.process.BaseProcess
+    failed: Connection  # it sends the languages whose build failed
+    stamps: dict[str, tuple | None]  # code -> the stamp of its inputs, taken before building
+
+
+_beside_english: _BuildsBeside | None = None
 
 
 def start_other_languages(config: MkDocsConfig, state: ServeState) -> None:
-    """Under ``mkdocs build``, start building every language but English into
-    ``<site_dir>/<code>/`` now, beside the rest of English's build (called once English's
-    pages are read: the builds, forked from this process, inherit all it has loaded and
-    computed); :func:`build_other_languages` waits for them."""
+    """Start building, beside the rest of English's build, every other language that needs a
+    whole build: under ``mkdocs build`` all of them, into ``<site_dir>/<code>/``; under
+    ``mkdocs serve`` those with no cache yet (the first ``make serve``), into the cache,
+    with the stamp of their inputs taken now (an edit during the build shows as a change).
+    Called once English's pages are read: the builds, forked from this process, inherit all
+    it has loaded and computed. :func:`build_other_languages` waits for them."""
     global _beside_english
+    others = list(load_languages().values())[1:]
     if state.serving:
+        languages = [(lang, SERVE_CACHE / lang.code) for lang in others]
+        languages = [(lang, cached) for lang, cached in languages if not cached.is_dir()]
+        stamps = [(lang, cached, stamp(_inputs(lang))) for lang, cached in languages]
+    else:
+        languages = [(lang, Path(config.site_dir) / lang.code) for lang in others]
+        stamps = []
+    if not languages:
         return
-    others = [
-        (lang, Path(config.site_dir) / lang.code) for lang in list(load_languages().values())[1:]
-    ]
     receiver, sender = multiprocessing.Pipe(duplex=False)
     process = multiprocessing.get_context("fork").Process(
-        target=_build_beside_english, args=(config, others, sender), name="other languages"
+        target=_build_beside_english, args=(config, languages, stamps, sender), name="languages"
     )
     process.start()
     sender.close()
-    _beside_english = process, receiver
+    saved = {lang.code: current for lang, _, current in stamps}
+    _beside_english = _BuildsBeside(
+        process, receiver, {lang.code: saved.get(lang.code) for lang, _ in languages}
+    )
 
 
 def stop_other_languages() -> None:
     """Stop the builds :func:`start_other_languages` started (English's build failed)."""
     global _beside_english
     if _beside_english is not None:
-        process, _ = _beside_english
-        process.terminate()  # it stops its builds (_build_beside_english)
-        process.join()
+        _beside_english.process.terminate()  # it stops its builds (_build_beside_english)
+        _beside_english.process.join()
         _beside_english = None
 
 
-def _build_beside_english(config: MkDocsConfig, languages: list, sender: Connection) -> None:
+def _build_beside_english(
+    config: MkDocsConfig, languages: list, stamps: list, sender: Connection
+) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # _build_side_by_side stops its builds
-    # All at once: one at a time per CPU, the last would build alone at the end.
-    sender.send(_build_side_by_side(config, languages, at_once=len(languages)))
+    sender.send(_build_side_by_side(config, languages, stamps))
+
+
+def _built_beside_english() -> dict[str, tuple | None]:
+    """Wait for the builds :func:`start_other_languages` started (if it did): each language
+    built -> the stamp of its inputs (None under ``mkdocs build``)."""
+    global _beside_english
+    if _beside_english is None:
+        return {}
+    builds, _beside_english = _beside_english, None
+    failed = builds.failed.recv() if builds.failed.poll(None) else list(builds.stamps)
+    builds.process.join()
+    _fail_if(failed)
+    return builds.stamps
 
 
 def build_other_languages(config: MkDocsConfig, state: ServeState) -> None:
     """Build every language but English into ``<site_dir>/<code>/``.
 
-    Under ``mkdocs build``, wait for the builds :func:`start_other_languages` started.
-    Under ``mkdocs serve`` each language is built into a cache that outlives the temporary
-    site directory, only when its inputs changed (dirty, under ``--dirty``), and copied
-    into place. Languages with no cache yet (the first ``make serve``) are built side by
-    side, as ``mkdocs build`` builds them.
+    What :func:`start_other_languages` started beside English's build is waited for: under
+    ``mkdocs build``, every language. Under ``mkdocs serve`` each language is built into a
+    cache that outlives the temporary site directory, only when its inputs changed (dirty,
+    under ``--dirty``), and copied into place.
     """
-    global _beside_english
+    built = _built_beside_english()
     others = list(load_languages().values())[1:]
     if not state.serving:
-        if _beside_english is None:
+        if not built:
             raise RuntimeError("start_other_languages was not called before the build ended")
-        process, receiver = _beside_english
-        _beside_english = None
-        failed = receiver.recv() if receiver.poll(None) else [lang.code for lang in others]
-        process.join()
-        _fail_if(failed)
         return
     stale = []
     for language in others:
         cached = SERVE_CACHE / language.code
+        if language.code in built:  # its first build, beside English's
+            serving.restore_language(language.code)
+            _served_stamps[language.code] = built[language.code]
+            continue
         if language.code not in _served_stamps and cached.is_dir():  # a restart
             _served_stamps[language.code] = serving.restore_language(language.code)
         current = stamp(_inputs(language))
         if _served_stamps.get(language.code) != current or not cached.is_dir():
             stale.append((language, cached, current))
-    first = [(lang, cached, current) for lang, cached, current in stale if not cached.is_dir()]
-    if len(first) > 1:
-        _fail_if(_build_side_by_side(config, [(lang, cached) for lang, cached, _ in first], first))
     for language, cached, current in stale:
-        if len(first) > 1 and (language, cached, current) in first:
-            serving.restore_language(language.code)
-        else:
-            # A page added or removed (while serving or before a restart): a dirty build
-            # would keep the old one's HTML and search entries, so the language is rebuilt.
-            previous = {path for path, _ in _served_stamps.get(language.code) or ()}
-            same_files = previous == {path for path, _ in current}
-            dirty = state.dirty and cached.is_dir() and same_files
-            _build(config, language, cached, dirty=dirty)
-            serving.save_language(language.code, current)
+        # A page added or removed (while serving or before a restart): a dirty build would
+        # keep the old one's HTML and search entries, so the language is rebuilt.
+        previous = {path for path, _ in _served_stamps.get(language.code) or ()}
+        same_files = previous == {path for path, _ in current}
+        dirty = state.dirty and cached.is_dir() and same_files
+        _build(config, language, cached, dirty=dirty)
+        serving.save_language(language.code, current)
         _served_stamps[language.code] = current
     for language in others:
         cached = SERVE_CACHE / language.code
@@ -407,32 +430,19 @@ def _fail_if(failed: list[str]) -> None:
 def _build_side_by_side(
     config: MkDocsConfig,
     languages: list[tuple[Language, Path]],
-    stamps: list[tuple[Language, Path, tuple]] | None = None,
-    at_once: int = len(os.sched_getaffinity(0)),
+    stamps: list[tuple[Language, Path, tuple]],
 ) -> list[str]:
-    """Build each language into its folder in a process of its own, as many at a time as
-    there are CPUs (or ``at_once``), and say which builds failed. Each is forked from this one, which has
-    imported and set up everything already (templates, jieba's dictionary); given the
-    ``stamps`` of their inputs (taken before building: an edit during the build must show
-    as a change), each saves what its build knew (serving.save_language), for this process
-    to rebuild it dirty later."""
-    saved = {language.code: current for language, _, current in stamps or []}
+    """Build each language into its folder, all at once, each in a process of its own, and
+    say which builds failed. Each is forked from this one, which has imported and set up
+    everything already (templates, jieba's dictionary); given the ``stamps`` of their
+    inputs, each saves what its build knew (serving.save_language), for ``mkdocs serve`` to
+    rebuild it dirty later. (All at once: one at a time per CPU, the last would build alone
+    at the end.)"""
+    saved = {language.code: current for language, _, current in stamps}
     fork = multiprocessing.get_context("fork")
     running: list[multiprocessing.process.BaseProcess] = []
-    failed: list[str] = []
-
-    def wait_for_one() -> None:
-        ended = multiprocessing.connection.wait([p.sentinel for p in running])
-        for process in [p for p in running if p.sentinel in ended]:
-            process.join()
-            running.remove(process)
-            if process.exitcode != 0:
-                failed.append(process.name)
-
     try:
         for language, site_dir in languages:
-            while len(running) >= at_once:
-                wait_for_one()
             inputs = saved.get(language.code)
             process = fork.Process(
                 target=_build_and_save, args=(config, language, site_dir, inputs)
@@ -440,13 +450,14 @@ def _build_side_by_side(
             process.name = language.code
             process.start()
             running.append(process)
-        while running:
-            wait_for_one()
+        for process in running:
+            process.join()
+        return [process.name for process in running if process.exitcode != 0]
     finally:  # stopped: stop the builds too
         for process in running:
-            process.terminate()
-            process.join()
-    return failed
+            if process.exitcode is None:
+                process.terminate()
+                process.join()
 
 
 def _build_and_save(
