@@ -403,9 +403,13 @@ def run_torch_group(
         )
     with environment() as env:
         env["PYTHONPATH"] = os.pathsep.join([str(TORCH), env["PYTHONPATH"]])
-        env[ENV_TWIN_PORTS] = ",".join(map(str, free_ports(len(snippets))))
+        # torchrun's own store on the first port, each later twin's on its own: all
+        # different (left to pick its own, torchrun once took a twin's, and that twin hung).
+        ports = free_ports(len(snippets))
+        env[ENV_TWIN_PORTS] = ",".join(map(str, ports))
         process = subprocess.run(
-            [sys.executable, "-m", "torch.distributed.run", *options.pop(), __file__,
+            [sys.executable, "-m", "torch.distributed.run", "--master-addr", "127.0.0.1",
+             "--master-port", str(ports[0]), *options.pop(), __file__,
              "run", "--separated", *map(str, snippets)],
             capture_output=True, text=True, env=env, timeout=timeout, cwd=cwd or env["TMPDIR"],
         )  # fmt: skip
