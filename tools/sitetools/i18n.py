@@ -335,22 +335,18 @@ def start_other_languages(config: MkDocsConfig, state: ServeState) -> None:
     if state.serving:
         languages = [(lang, SERVE_CACHE / lang.code) for lang in others]
         languages = [(lang, cached) for lang, cached in languages if not cached.is_dir()]
-        stamps = [(lang, cached, stamp(_inputs(lang))) for lang, cached in languages]
     else:
         languages = [(lang, Path(config.site_dir) / lang.code) for lang in others]
-        stamps = []
     if not languages:
         return
+    stamps = {lang.code: stamp(_inputs(lang)) if state.serving else None for lang, _ in languages}
     receiver, sender = multiprocessing.Pipe(duplex=False)
     process = multiprocessing.get_context("fork").Process(
         target=_build_beside_english, args=(config, languages, stamps, sender), name="languages"
     )
     process.start()
     sender.close()
-    saved = {lang.code: current for lang, _, current in stamps}
-    _beside_english = _BuildsBeside(
-        process, receiver, {lang.code: saved.get(lang.code) for lang, _ in languages}
-    )
+    _beside_english = _BuildsBeside(process, receiver, stamps)
 
 
 def stop_other_languages() -> None:
@@ -363,7 +359,7 @@ def stop_other_languages() -> None:
 
 
 def _build_beside_english(
-    config: MkDocsConfig, languages: list, stamps: list, sender: Connection
+    config: MkDocsConfig, languages: list, stamps: dict[str, tuple | None], sender: Connection
 ) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # _build_side_by_side stops its builds
     sender.send(_build_side_by_side(config, languages, stamps))
@@ -430,7 +426,7 @@ def _fail_if(failed: list[str]) -> None:
 def _build_side_by_side(
     config: MkDocsConfig,
     languages: list[tuple[Language, Path]],
-    stamps: list[tuple[Language, Path, tuple]],
+    stamps: dict[str, tuple | None],
 ) -> list[str]:
     """Build each language into its folder, all at once, each in a process of its own, and
     say which builds failed. Each is forked from this one, which has imported and set up
@@ -438,12 +434,11 @@ def _build_side_by_side(
     inputs, each saves what its build knew (serving.save_language), for ``mkdocs serve`` to
     rebuild it dirty later. (All at once: one at a time per CPU, the last would build alone
     at the end.)"""
-    saved = {language.code: current for language, _, current in stamps}
     fork = multiprocessing.get_context("fork")
     running: list[multiprocessing.process.BaseProcess] = []
     try:
         for language, site_dir in languages:
-            inputs = saved.get(language.code)
+            inputs = stamps.get(language.code)
             process = fork.Process(
                 target=_build_and_save, args=(config, language, site_dir, inputs)
             )
