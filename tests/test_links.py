@@ -36,6 +36,15 @@ def test_missing_pages_files_and_anchors_are_reported_with_their_page(tmp_path):
     ]
 
 
+def test_a_link_that_climbs_out_of_the_site_is_broken(tmp_path):
+    """An encoded ``..`` leads no static server out of the site, even to a file that exists."""
+    (tmp_path / "outside.html").write_text("x", encoding="utf-8")
+    write(tmp_path / "site", "index.html", '<a href="/%2e%2e/outside.html">up</a>')
+    assert list(map(str, broken_links(tmp_path / "site"))) == [
+        "index.html: /%2e%2e/outside.html (no file for /%2e%2e/outside.html)"
+    ]
+
+
 def test_the_command_exits_non_zero_and_counts(tmp_path, capsys):
     write(tmp_path, "index.html", '<a href="#gone">x</a>')
     assert main([str(tmp_path)]) == 1
